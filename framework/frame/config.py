@@ -1,0 +1,127 @@
+"""EngineConfig: one pydantic model for every engine setting, from a YAML file and CLI flags (flags win).
+
+Plugins contribute their own options through ``frame_plugin_options``; those live in the per-kind sections
+``platform_options``, ``attn_options``, ``cache_options`` and ``sched_options`` and are validated against the
+selected plugin's model once the plugin is known (:func:`resolve_plugin_options`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from frame.errors import ConfigError
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+class EngineConfig(BaseModel):
+    """Every setting of one engine. Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str | None = Field(None, description="Hugging Face folder or .gguf file; default: bundled SmolLM2-135M-Instruct")
+    tokenizer: str | None = Field(None, description="tokenizer folder, when it differs from the model")
+    dtype: DType = Field("auto", description="weights, activations and KV dtype; auto: the platform's choice")
+    max_model_len: int | None = Field(None, ge=16, description="longest sequence (prompt + output); default: the model's")
+    block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
+    num_kv_blocks: int | None = Field(None, ge=1, description="KV pool size in blocks; overrides kv_cache_fraction")
+    kv_cache_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of the platform's memory budget for KV")
+    max_num_seqs: int = Field(256, ge=1, description="most sequences running at once")
+    max_num_batched_tokens: int = Field(2048, ge=1, description="token budget of one step")
+    enable_chunked_prefill: bool = Field(True, description="prefill long prompts over several steps")
+    platform: str = Field("auto", description="platform plugin; auto: the best available")
+    attn: str = Field("auto", description="attention plugin; auto: the platform's choice")
+    cache: str = Field("hashchain", description="KV-cache strategy plugin")
+    sched: str = Field("fcfs", description="scheduler plugin")
+    platform_options: dict[str, Any] = Field(default_factory=dict, description="options of the platform plugin")
+    attn_options: dict[str, Any] = Field(default_factory=dict, description="options of the attention plugin")
+    cache_options: dict[str, Any] = Field(default_factory=dict, description="options of the cache plugin")
+    sched_options: dict[str, Any] = Field(default_factory=dict, description="options of the scheduler plugin")
+    seed: int = Field(0, description="seed of unseeded sampling")
+    trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
+
+    @model_validator(mode="after")
+    def _budget_fits_a_sequence(self) -> EngineConfig:
+        if not self.enable_chunked_prefill and self.max_model_len and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_model_len "
+                f"({self.max_model_len}) when chunked prefill is off"
+            )
+        return self
+
+
+#: The per-kind option sections of EngineConfig, by plugin kind.
+OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
+                   "scheduler": "sched_options"}
+
+
+def config_error(err: ValidationError, model: type[BaseModel], where: str = "config") -> ConfigError:
+    """Turn pydantic's report into one sentence naming the key and, for unknown keys, the valid ones."""
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    valid = list(model.model_fields)
+    if first["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(first["loc"][-1]), valid, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return ConfigError(f"Unknown {where} key '{key}'; {hint}valid keys: {', '.join(valid)}.", param=key)
+    return ConfigError(f"Invalid {where} value for '{key}': {first['msg']}.", param=key)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict; a missing file or a non-mapping is a ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Config file {p} does not exist; pass an existing YAML file to --config.", param="config")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {p} must hold a mapping of keys to values.", param="config")
+    return data
+
+
+def build_config(file_values: dict[str, Any] | None = None, **flags: Any) -> EngineConfig:
+    """Merge a config file's values with flags (flags that are None are not given and do not override)."""
+    merged = dict(file_values or {})
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in OPTION_SECTIONS.values() and isinstance(value, dict):
+            merged[key] = {**merged.get(key, {}), **value}
+        else:
+            merged[key] = value
+    try:
+        return EngineConfig(**merged)
+    except ValidationError as err:
+        raise config_error(err, EngineConfig) from None
+
+
+def resolve_plugin_options(
+    kind: str, name: str, values: dict[str, Any], options_model: type[BaseModel] | None
+) -> BaseModel | None:
+    """Validate a plugin's option values against its options model (keys must exist)."""
+    if options_model is None:
+        if values:
+            raise ConfigError(
+                f"The {kind} plugin '{name}' takes no options, but got: {', '.join(values)}.",
+                param=OPTION_SECTIONS.get(kind),
+            )
+        return None
+    try:
+        return options_model(**values)
+    except ValidationError as err:
+        raise config_error(err, options_model, where=f"{kind} '{name}' option") from None
+
+
+def parse_key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
+    """``["a=1", "b=x"]`` from repeated ``--<kind>-opt`` flags into a dict, values parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} expects key=value, got '{pair}'.", param=flag)
+        out[key.strip()] = yaml.safe_load(value)
+    return out

@@ -1,0 +1,69 @@
+"""Messages between an engine client (offline LLM, API server) and the engine core.
+
+msgspec Structs: they cross the process boundary as msgpack over ZeroMQ, never pickle. The same types are used
+in-process so both engine modes behave alike.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from frame.sampling_params import SamplingParams
+
+
+class EngineRequest(msgspec.Struct, kw_only=True):
+    """One sequence to generate. A request with ``n > 1`` is sent as ``n`` EngineRequests by the client."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    priority: int = 0
+    cache_salt: str | None = None
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    """Logprob of the sampled token and the top-N alternatives at one position."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class EngineOutput(msgspec.Struct, kw_only=True):
+    """New tokens of one sequence from one step (or its end).
+
+    ``finish_reason`` is ``"stop"``, ``"length"`` or ``"abort"`` on the sequence's last output, else None;
+    ``stop_reason`` is the stop token id when a stop token ended it.
+    """
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprobs] | None = None
+    finish_reason: str | None = None
+    stop_reason: int | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class EngineStats(msgspec.Struct, kw_only=True):
+    """A snapshot of the engine core's gauges and counters (for /metrics and benchmarks)."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+    num_blocks: int = 0
+    blocks_in_use: int = 0
+    peak_blocks_in_use: int = 0
+    prefix_queries: int = 0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    evictions: int = 0
+    preemptions: int = 0
+    prompt_tokens_computed: int = 0
+    generation_tokens: int = 0
+    steps: int = 0

@@ -1,0 +1,111 @@
+"""AttentionBackend: paged attention over the KV layout the core defines.
+
+KV layout (fixed by the core, shared by every backend): for each layer one key and one value tensor of shape
+``[num_blocks, block_size, num_kv_heads, head_dim]``; token slot ``s`` lives at block ``s // block_size``,
+offset ``s % block_size``. A step's batch is flat: ``num_tokens`` query tokens from ``num_seqs`` sequences,
+each sequence's new tokens contiguous and in order, prefills, prefill chunks and decodes mixed freely.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    """Where every token of the step's flat batch reads and writes KV. Built once per step by the runner.
+
+    Tensors (on the model's device):
+
+    - ``query_start_loc`` int32 ``[num_seqs + 1]``: sequence ``i``'s query tokens are rows
+      ``query_start_loc[i]:query_start_loc[i+1]`` of the batch;
+    - ``seq_lens`` int32 ``[num_seqs]``: context length after this step (cached tokens + new tokens);
+    - ``block_tables`` int32 ``[num_seqs, max_blocks]``: each sequence's block ids, padded with 0;
+    - ``slot_mapping`` int64 ``[num_tokens]``: the KV slot each new token writes.
+
+    Host copies (``query_lens``, ``seq_lens_host``) let CPU backends plan without device syncs.
+    ``extras`` is scratch space a backend fills in :meth:`AttentionBackend.prepare` and reads in every layer.
+    """
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    query_lens: list[int]
+    seq_lens_host: list[int]
+    block_size: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(self.query_lens))
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens, default=0)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_host, default=0)
+
+    @property
+    def context_lens(self) -> list[int]:
+        """Tokens already cached before this step, per sequence."""
+        return [s - q for s, q in zip(self.seq_lens_host, self.query_lens, strict=True)]
+
+    @property
+    def is_pure_decode(self) -> bool:
+        """True when every sequence adds exactly one token."""
+        return self.max_query_len == 1
+
+
+class AttentionBackend(ABC):
+    """Writes a step's new K/V into the paged pool and computes causal attention for its queries.
+
+    One instance serves every layer of a model (layers differ only in the cache tensors passed in). Query token
+    ``j`` of a sequence with context ``c`` before this step attends to positions ``[0, c + j]`` of that sequence.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} query heads cannot be grouped over {num_kv_heads} KV heads")
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.dtype = dtype
+
+    def prepare(self, meta: AttentionMetadata) -> None:  # noqa: B027 - optional hook, empty by design
+        """Called once per step before the first layer; may precompute anything into ``meta.extras``."""
+
+    @abstractmethod
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Store ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into the caches at ``slot_mapping``."""
+
+    @abstractmethod
+    def attend(
+        self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Attention of ``query`` ``[num_tokens, num_heads, head_dim]`` over the cached KV (new tokens included).
+
+        Returns ``[num_tokens, num_heads, head_dim]`` in the query's dtype.
+        """
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Write the new K/V, then attend; what a model layer calls."""
+        self.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+        return self.attend(query, k_cache, v_cache, meta)

@@ -1,0 +1,82 @@
+"""CausalLM: a model family's network, run by the model runner over one flat batch per step."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from frame.interfaces.attention import AttentionMetadata
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """What the runner needs to size and allocate the KV pool for a model."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    def bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes of one block across all layers, keys and values."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * itemsize
+
+
+class WeightSource(ABC):
+    """A checkpoint's tensors, streamed one at a time.
+
+    ``format`` says how names are spelled: ``"safetensors"`` uses Hugging Face names
+    (``model.layers.0.self_attn.q_proj.weight``), ``"gguf"`` uses llama.cpp names (``blk.0.attn_q.weight``) with
+    tensors already dequantised to float32 and in llama.cpp's layout. The model family maps names to its own.
+    """
+
+    format: Literal["safetensors", "gguf"]
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of tensors (for progress bars)."""
+
+    @abstractmethod
+    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, tensor)`` pairs, each tensor on the CPU."""
+
+
+class CausalLM(torch.nn.Module, ABC):
+    """A decoder-only language model over paged KV.
+
+    Built by a model family plugin on the meta device or directly on the target device; the runner then
+    calls :meth:`load_weights`, allocates the KV pool from :attr:`kv_cache_spec` and calls :meth:`forward` once
+    per step with the flat batch.
+    """
+
+    @property
+    @abstractmethod
+    def kv_cache_spec(self) -> KVCacheSpec:
+        """Layers, KV heads and head size of the model's attention."""
+
+    @abstractmethod
+    def load_weights(self, source: WeightSource) -> None:
+        """Copy every tensor of ``source`` into the parameters; raise ValueError naming a missing or unknown one."""
+
+    @abstractmethod
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Hidden states ``[num_tokens, hidden]`` for the flat batch ``input_ids``/``positions`` (int64 ``[num_tokens]``).
+
+        ``kv_caches[i]`` is layer ``i``'s (key, value) pool in the core's layout; new tokens' KV is written there.
+        """
+
+    @abstractmethod
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits ``[n, vocab]`` for hidden states ``[n, hidden]``."""
+
+

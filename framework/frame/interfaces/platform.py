@@ -1,0 +1,53 @@
+"""Platform: the device frame runs on (CPU, a CUDA GPU, a ROCm GPU), its limits and its preferences."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+
+
+class Platform(ABC):
+    """A device kind: how to detect it, what it supports, how much KV it may hold.
+
+    Created by the platform plugin's ``frame_platform_create`` hook only when :meth:`unavailable_reason`
+    (a class-level check, no device state needed) returned None.
+    """
+
+    #: The plugin name (``cpu``, ``cuda``, ...), used in messages.
+    name: str = ""
+
+    @classmethod
+    @abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when this machine has the device; otherwise one sentence saying why not."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device tensors are placed on."""
+
+    @property
+    @abstractmethod
+    def supported_dtypes(self) -> Sequence[torch.dtype]:
+        """Model and KV dtypes this platform computes in."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """A short description of this machine's device, e.g. ``"CPU (2 threads, AVX-512 BF16)"``."""
+
+    @abstractmethod
+    def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
+        """Bytes the KV pool may take, given the fraction of device memory frame may use and the weights' size."""
+
+    @abstractmethod
+    def preferred_attention(self, installed: Sequence[str]) -> str:
+        """The attention backend ``--attn auto`` picks here, chosen among the ``installed`` backend names."""
+
+    def supported_block_sizes(self) -> Sequence[int] | None:
+        """Block sizes this platform's kernels accept; None means any."""
+        return None
+
+    def set_up(self) -> None:  # noqa: B027 - optional hook
+        """Called once before the model loads (thread counts, allocator settings)."""

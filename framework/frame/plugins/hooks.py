@@ -1,0 +1,103 @@
+"""PluginHooks: the one typed facade through which the core calls plugin hooks.
+
+Kind hooks are called on one named plugin (the one selected), so several plugins of a kind can be loaded at
+once (``frame plugins``, auto-selection) without answering each other's calls. Lifecycle hooks are broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+from transformers import PretrainedConfig
+
+from frame.errors import IncompatiblePluginError
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.cache import KVCacheStrategy
+from frame.interfaces.model import CausalLM
+from frame.interfaces.platform import Platform
+from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from frame.plugins.registry import PluginRegistry
+
+_MISSING = object()
+
+
+class PluginHooks:
+    """Typed calls into loaded plugins. Loads a plugin on first use."""
+
+    def __init__(self, registry: PluginRegistry) -> None:
+        self.registry = registry
+
+    def _call(self, kind: str, name: str, hook: str, default: Any = _MISSING, **kwargs: Any) -> Any:
+        self.registry.load(kind, name)
+        caller = getattr(self.registry.pm.hook, hook)
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name == f"{kind}:{name}":
+                # pluggy lets an implementation take a subset of the spec's arguments.
+                return impl.function(*(kwargs[arg] for arg in impl.argnames))
+        if default is not _MISSING:
+            return default
+        raise IncompatiblePluginError(f"The {kind} plugin '{name}' does not implement {hook}.")
+
+    # -- every kind -------------------------------------------------------------------------------------
+    def options_model(self, kind: str, name: str) -> type[BaseModel] | None:
+        return self._call(kind, name, "frame_plugin_options", default=None)
+
+    # -- platform ---------------------------------------------------------------------------------------
+    def platform_check(self, name: str) -> str | None:
+        return self._call("platform", name, "frame_platform_check", default=None)
+
+    def platform_priority(self, name: str) -> int:
+        return self._call("platform", name, "frame_platform_priority", default=0)
+
+    def create_platform(self, name: str, options: BaseModel | None) -> Platform:
+        return self._call("platform", name, "frame_platform_create", options=options)
+
+    # -- attention --------------------------------------------------------------------------------------
+    def attention_platforms(self, name: str) -> list[str]:
+        return list(self._call("attention", name, "frame_attention_platforms", default=[]))
+
+    def attention_check(self, name: str, platform: Platform) -> str | None:
+        return self._call("attention", name, "frame_attention_check", default=None, platform=platform)
+
+    def create_attention(
+        self, name: str, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
+        platform: Platform, options: BaseModel | None,
+    ) -> AttentionBackend:
+        return self._call(
+            "attention", name, "frame_attention_create", num_heads=num_heads, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, scale=scale, dtype=dtype, platform=platform, options=options,
+        )
+
+    # -- cache and scheduler ----------------------------------------------------------------------------
+    def create_cache(self, name: str, num_blocks: int, block_size: int, options: BaseModel | None) -> KVCacheStrategy:
+        return self._call("cache", name, "frame_cache_create", num_blocks=num_blocks, block_size=block_size,
+                          options=options)
+
+    def create_scheduler(
+        self, name: str, limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None
+    ) -> Scheduler:
+        return self._call("scheduler", name, "frame_scheduler_create", limits=limits, cache=cache, options=options)
+
+    # -- model ------------------------------------------------------------------------------------------
+    def model_architectures(self, name: str) -> list[str]:
+        return list(self._call("model", name, "frame_model_architectures", default=[]))
+
+    def create_model(
+        self, name: str, hf_config: PretrainedConfig, dtype: torch.dtype, device: torch.device,
+        attention: AttentionBackend,
+    ) -> CausalLM:
+        return self._call("model", name, "frame_model_create", hf_config=hf_config, dtype=dtype, device=device,
+                          attention=attention)
+
+    # -- lifecycle (broadcast) --------------------------------------------------------------------------
+    def engine_started(self, config: Any) -> None:
+        self.registry.pm.hook.frame_engine_started(config=config)
+
+    def request_finished(self, seq_id: str, num_prompt_tokens: int, num_output_tokens: int,
+                         num_cached_tokens: int, finish_reason: str) -> None:
+        self.registry.pm.hook.frame_request_finished(
+            seq_id=seq_id, num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
+            num_cached_tokens=num_cached_tokens, finish_reason=finish_reason,
+        )

@@ -1,0 +1,87 @@
+"""SamplingParams: how one request's tokens are chosen, mirroring vLLM's offline API.
+
+A msgspec Struct so that it crosses the process boundary to the engine core without pickle. Every field is
+checked when the object is built; a bad value raises :class:`~frame.errors.InvalidSamplingError` naming the field.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from frame.errors import InvalidSamplingError
+
+#: Largest top-N logprobs a request may ask for (the server may lower it further).
+MAX_LOGPROBS = 20
+
+
+class SamplingParams(msgspec.Struct, kw_only=True):
+    """Sampling and stopping rules for one request.
+
+    ``temperature == 0`` means greedy. ``top_k`` of ``None`` (or vLLM's ``-1``/``0``) means no top-k cut.
+    ``logprobs=N`` returns the N most likely tokens' logprobs (and the sampled one's) at each step.
+    ``n`` completions are generated per prompt; each is an independent sequence in the engine that shares the
+    prompt's KV through the prefix cache.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    stop: list[str] = msgspec.field(default_factory=list)
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = None
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.top_k is not None and self.top_k in (0, -1):
+            self.top_k = None
+        self._check()
+
+    def _check(self) -> None:
+        def bad(field: str, why: str) -> InvalidSamplingError:
+            return InvalidSamplingError(f"{field} {why}.", param=field)
+
+        if self.n < 1:
+            raise bad("n", f"must be at least 1, got {self.n}")
+        if not 0.0 <= self.temperature <= 100.0:
+            raise bad("temperature", f"must be between 0 and 100, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and self.top_k < 1:
+            raise bad("top_k", f"must be a positive integer, or -1 to disable it, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise bad("min_p", f"must be between 0 and 1, got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise bad(name, f"must be between -2 and 2, got {value}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise bad("repetition_penalty", f"must be in (0, 2], got {self.repetition_penalty}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise bad("min_tokens", f"must be at least 0, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
+        if any(not s for s in self.stop):
+            raise bad("stop", "must not contain empty strings")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "must be non-negative token ids")
+
+    @property
+    def greedy(self) -> bool:
+        """True when the most likely token is always taken."""
+        return self.temperature == 0.0 or self.top_k == 1

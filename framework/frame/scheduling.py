@@ -1,0 +1,180 @@
+"""PolicyScheduler: vLLM-style continuous batching with the policy left to a plugin.
+
+Each step: running sequences first (decodes and unfinished prefill chunks), then waiting ones, under a token
+budget and a running-sequence limit; a prompt longer than the remaining budget is prefilled in chunks; when the
+pool runs dry, the policy's preemption victim loses its blocks and is recomputed later. A scheduler plugin
+subclasses this and overrides :meth:`PolicyScheduler.admission_order` and
+:meth:`PolicyScheduler.preemption_victim` (or :meth:`schedule` itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from frame.interfaces.scheduler import (
+    ScheduledSequence,
+    Scheduler,
+    SchedulerOutput,
+    StepResult,
+)
+from frame.sequence import Sequence, SequenceStatus
+
+
+def stop_status(seq: Sequence, max_model_len: int) -> tuple[SequenceStatus, int | None] | None:
+    """The finished status ``seq`` reached with its last token, or None; the second item is the stop token."""
+    params = seq.params
+    last = seq.output_token_ids[-1]
+    if seq.num_output_tokens >= params.min_tokens:
+        if not params.ignore_eos and last in seq.eos_token_ids:
+            return SequenceStatus.FINISHED_STOPPED, last
+        if last in params.stop_token_ids:
+            return SequenceStatus.FINISHED_STOPPED, last
+    if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
+        return SequenceStatus.FINISHED_LENGTH, None
+    if seq.num_tokens >= max_model_len:
+        return SequenceStatus.FINISHED_LENGTH, None
+    return None
+
+
+class PolicyScheduler(Scheduler):
+    """Continuous batching with chunked prefill and preemption by recompute.
+
+    Subclasses choose the policy:
+
+    - :meth:`admission_order`: the order in which waiting sequences are tried (default: queue order, which is
+      arrival order with preempted sequences in front);
+    - :meth:`preemption_victim`: which running sequence gives up its blocks when the pool runs dry (default:
+      the most recently admitted).
+    """
+
+    def __init__(self, limits, cache) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(limits, cache)
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    # -- policy -------------------------------------------------------------------------------------------
+    def admission_order(self, waiting: list[Sequence]) -> Iterable[Sequence]:
+        """Waiting sequences in the order to try admitting them. Must not mutate ``waiting``."""
+        return list(waiting)
+
+    def preemption_victim(self, running: list[Sequence]) -> Sequence:
+        """The running sequence to preempt when blocks run out (``running`` is never empty)."""
+        return running[-1]
+
+    # -- queues -------------------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def abort(self, seq_id: str) -> Sequence | None:
+        for queue in (self.running, self.waiting):
+            for seq in queue:
+                if seq.seq_id == seq_id:
+                    queue.remove(seq)
+                    self.cache.free(seq)
+                    seq.finish(SequenceStatus.FINISHED_ABORTED)
+                    return seq
+        return None
+
+    # -- one step -----------------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.limits.max_num_batched_tokens
+        scheduled_ids: set[str] = set()
+
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if not self.limits.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
+                index += 1
+                continue
+            while self.cache.allocate(seq, num_new) is None:
+                victim = self.preemption_victim(self.running)
+                budget += self._preempt(victim, out, scheduled_ids)
+                if victim is seq:
+                    break
+            else:
+                out.scheduled.append(ScheduledSequence(seq, num_new))
+                scheduled_ids.add(seq.seq_id)
+                budget -= num_new
+            if seq in self.running:
+                index = self.running.index(seq) + 1
+
+        if not out.preempted:
+            self._admit(out, budget)
+        return out
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        admitted: list[Sequence] = []
+        for seq in self.admission_order(self.waiting):
+            if budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
+                break
+            match = self.cache.match(seq)
+            remaining = seq.num_tokens - match.num_tokens
+            num_new = min(remaining, budget)
+            if not self.limits.enable_chunked_prefill and num_new < remaining:
+                continue
+            allocation = self.cache.allocate(seq, num_new, match)
+            if allocation is None:
+                break
+            seq.num_computed_tokens += allocation.num_cached_tokens
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = allocation.num_cached_tokens
+            out.copies.extend(allocation.copies)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            admitted.append(seq)
+            out.scheduled.append(ScheduledSequence(seq, num_new))
+            budget -= num_new
+        if admitted:
+            ids = {s.seq_id for s in admitted}
+            self.waiting = [s for s in self.waiting if s.seq_id not in ids]
+
+    def _preempt(self, victim: Sequence, out: SchedulerOutput, scheduled_ids: set[str]) -> int:
+        """Preempt ``victim``; returns the budget it gives back if it was already scheduled this step."""
+        self.running.remove(victim)
+        self.cache.free(victim)
+        victim.reset_for_recompute()
+        self.waiting.insert(0, victim)
+        out.preempted.append(victim)
+        self.num_preemptions += 1
+        refund = 0
+        if victim.seq_id in scheduled_ids:
+            scheduled_ids.discard(victim.seq_id)
+            kept = [s for s in out.scheduled if s.seq.seq_id != victim.seq_id]
+            refund = sum(s.num_new_tokens for s in out.scheduled) - sum(s.num_new_tokens for s in kept)
+            out.scheduled = kept
+        return refund
+
+    def update(self, output: SchedulerOutput, results: Mapping[str, StepResult]) -> list[Sequence]:
+        finished: list[Sequence] = []
+        for item in output.scheduled:
+            seq = item.seq
+            if seq.finished:
+                continue
+            seq.num_computed_tokens += item.num_new_tokens
+            self.cache.commit(seq)
+            result = results.get(seq.seq_id)
+            if result is None:
+                continue
+            seq.append_token(result.token_id)
+            stop = stop_status(seq, self.limits.max_model_len)
+            if stop is not None:
+                seq.finish(*stop)
+                finished.append(seq)
+        if finished:
+            done = {s.seq_id for s in finished}
+            self.running = [s for s in self.running if s.seq_id not in done]
+            for seq in finished:
+                self.cache.free(seq)
+        return finished
