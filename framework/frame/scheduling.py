@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.scheduler import (
     ScheduledSequence,
     Scheduler,
+    SchedulerLimits,
     SchedulerOutput,
     StepResult,
 )
@@ -45,9 +47,12 @@ class PolicyScheduler(Scheduler):
       arrival order with preempted sequences in front);
     - :meth:`preemption_victim`: which running sequence gives up its blocks when the pool runs dry (default:
       the most recently admitted).
+
+    Admission stops at the first sequence in that order that the pool cannot hold, so a policy's order is
+    never jumped by a smaller request behind it.
     """
 
-    def __init__(self, limits, cache) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy) -> None:
         super().__init__(limits, cache)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -72,6 +77,10 @@ class PolicyScheduler(Scheduler):
         return len(self.running)
 
     def add(self, seq: Sequence) -> None:
+        if seq.finished:
+            raise ValueError(f"sequence {seq.seq_id} is already finished ({seq.status.value}); add a new one")
+        if any(s.seq_id == seq.seq_id for s in (*self.running, *self.waiting)):
+            raise ValueError(f"sequence {seq.seq_id} is already queued")
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
@@ -107,6 +116,7 @@ class PolicyScheduler(Scheduler):
                 out.scheduled.append(ScheduledSequence(seq, num_new))
                 scheduled_ids.add(seq.seq_id)
                 budget -= num_new
+            # Preempting an earlier sequence shifts the list; re-find where this one stands.
             if seq in self.running:
                 index = self.running.index(seq) + 1
 
@@ -115,7 +125,7 @@ class PolicyScheduler(Scheduler):
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        admitted: list[Sequence] = []
+        admitted: set[str] = set()
         for seq in self.admission_order(self.waiting):
             if budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
                 break
@@ -133,12 +143,11 @@ class PolicyScheduler(Scheduler):
             out.copies.extend(allocation.copies)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            admitted.append(seq)
+            admitted.add(seq.seq_id)
             out.scheduled.append(ScheduledSequence(seq, num_new))
             budget -= num_new
         if admitted:
-            ids = {s.seq_id for s in admitted}
-            self.waiting = [s for s in self.waiting if s.seq_id not in ids]
+            self.waiting = [s for s in self.waiting if s.seq_id not in admitted]
 
     def _preempt(self, victim: Sequence, out: SchedulerOutput, scheduled_ids: set[str]) -> int:
         """Preempt ``victim``; returns the budget it gives back if it was already scheduled this step."""
@@ -151,22 +160,24 @@ class PolicyScheduler(Scheduler):
         refund = 0
         if victim.seq_id in scheduled_ids:
             scheduled_ids.discard(victim.seq_id)
-            kept = [s for s in out.scheduled if s.seq.seq_id != victim.seq_id]
-            refund = sum(s.num_new_tokens for s in out.scheduled) - sum(s.num_new_tokens for s in kept)
-            out.scheduled = kept
+            refund = sum(s.num_new_tokens for s in out.scheduled if s.seq is victim)
+            out.scheduled = [s for s in out.scheduled if s.seq is not victim]
         return refund
 
     def update(self, output: SchedulerOutput, results: Mapping[str, StepResult]) -> list[Sequence]:
         finished: list[Sequence] = []
         for item in output.scheduled:
             seq = item.seq
-            if seq.finished:
+            if seq.finished:  # aborted between schedule() and update()
                 continue
+            samples = item.samples  # read before num_computed_tokens moves
             seq.num_computed_tokens += item.num_new_tokens
             self.cache.commit(seq)
+            if not samples:  # a prefill chunk short of the prompt's end: nothing was sampled
+                continue
             result = results.get(seq.seq_id)
             if result is None:
-                continue
+                raise ValueError(f"the step sampled sequence {seq.seq_id} but no result was reported for it")
             seq.append_token(result.token_id)
             stop = stop_status(seq, self.limits.max_model_len)
             if stop is not None:

@@ -1,0 +1,5 @@
+"""frame's priority scheduler plugin (``--sched priority``)."""
+
+from frame_scheduler_priority.scheduler import PriorityScheduler
+
+__all__ = ["PriorityScheduler"]
