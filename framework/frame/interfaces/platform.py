@@ -45,6 +45,11 @@ class Platform(ABC):
     def preferred_attention(self, installed: Sequence[str]) -> str:
         """The attention backend ``--attn auto`` picks here, chosen among the ``installed`` backend names."""
 
+    @property
+    def default_dtype(self) -> torch.dtype:
+        """The dtype ``--dtype auto`` picks here (the fastest one this device computes well)."""
+        return torch.float32
+
     def supported_block_sizes(self) -> Sequence[int] | None:
         """Block sizes this platform's kernels accept; None means any."""
         return None

@@ -1,0 +1,262 @@
+"""Conformance suite of attention backends, with the batch builders and the reference it checks against.
+
+A backend's tests subclass :class:`AttentionBackendSuite` and set ``plugin_name`` (and ``platform_name`` when the
+backend does not run on the CPU). Every check compares the backend with :func:`reference_attention`, a slow
+per-sequence, per-token loop in float64 that reads cached context through the block table and the step's new
+keys straight from the inputs, so a backend that writes KV to the wrong slot cannot agree with it.
+
+The builders are public for backends' own tests: :func:`build_metadata` makes exact metadata for given block
+tables, :func:`make_random_batch` a seeded random batch mixing prefills, prefill chunks and decodes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import ClassVar
+
+import pytest
+import torch
+
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.platform import Platform
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.registry import PluginRegistry
+
+#: Sequence kinds :func:`make_random_batch` mixes.
+KINDS = ("prefill", "chunk", "decode")
+
+
+def build_metadata(
+    context_lens: Sequence[int], query_lens: Sequence[int], block_tables: Sequence[Sequence[int]], block_size: int,
+    device: torch.device | str = "cpu",
+) -> AttentionMetadata:
+    """Metadata for sequences with ``context_lens`` cached tokens each adding ``query_lens`` new ones.
+
+    ``block_tables[i]`` lists sequence ``i``'s block ids and must cover its ``context + query`` tokens.
+    """
+    seq_lens = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
+    slots: list[int] = []
+    for table, context, total in zip(block_tables, context_lens, seq_lens, strict=True):
+        if len(table) * block_size < total:
+            raise ValueError(f"block table {list(table)} cannot hold {total} tokens of block size {block_size}")
+        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(context, total))
+    width = max((len(t) for t in block_tables), default=0) or 1
+    padded = [list(t) + [0] * (width - len(t)) for t in block_tables]
+    starts = [0]
+    for q in query_lens:
+        starts.append(starts[-1] + q)
+    return AttentionMetadata(
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        block_tables=torch.tensor(padded, dtype=torch.int32, device=device),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        query_lens=list(query_lens),
+        seq_lens_host=seq_lens,
+        block_size=block_size,
+    )
+
+
+def make_random_batch(
+    seed: int, num_seqs: int, block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", kinds: Sequence[str] | None = None,
+    max_query_len: int = 19, max_context: int = 45,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """A seeded random step: ``(query, key, value, k_cache, v_cache, meta)``.
+
+    Each sequence is a ``prefill`` (no context), a ``chunk`` (context and several new tokens) or a ``decode``
+    (context and one new token), drawn at random unless ``kinds`` names them. Blocks are handed out in a random
+    order (never contiguous by accident) from a pool with spare blocks; every slot of the caches holds random
+    values, so a backend that reads the wrong slot or the padding of a block table gets a wrong answer.
+    """
+    rng = random.Random(seed)
+    kinds = list(kinds) if kinds is not None else [rng.choice(KINDS) for _ in range(num_seqs)]
+    if len(kinds) != num_seqs or any(k not in KINDS for k in kinds):
+        raise ValueError(f"kinds must be {num_seqs} of {KINDS}, got {kinds}")
+    context_lens = [0 if k == "prefill" else rng.randint(1, max_context) for k in kinds]
+    query_lens = [1 if k == "decode" else rng.randint(2, max_query_len) for k in kinds]
+    needed = [math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens, strict=True)]
+    blocks = list(range(sum(needed) + 3))
+    rng.shuffle(blocks)
+    tables, at = [], 0
+    for n in needed:
+        tables.append(blocks[at : at + n])
+        at += n
+    meta = build_metadata(context_lens, query_lens, tables, block_size, device)
+    gen = torch.Generator().manual_seed(seed)
+    tokens = meta.num_tokens
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    cache_shape = (len(blocks), block_size, num_kv_heads, head_dim)
+    return (rand(tokens, num_heads, head_dim), rand(tokens, num_kv_heads, head_dim),
+            rand(tokens, num_kv_heads, head_dim), rand(*cache_shape), rand(*cache_shape), meta)
+
+
+def reference_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    meta: AttentionMetadata, scale: float,
+) -> torch.Tensor:
+    """Obviously-correct paged causal attention, one sequence and one query token at a time, in float64.
+
+    Cached context (positions before this step) is read from the caches through the block table; the step's own
+    keys and values come from ``key``/``value``, not from the caches. Returns ``query``'s shape and dtype.
+    """
+    num_heads, num_kv_heads = query.shape[1], key.shape[1]
+    group = num_heads // num_kv_heads
+    out = torch.empty(query.shape, dtype=torch.float64)
+    tables = meta.block_tables.cpu().tolist()
+    row = 0
+    for i, (q_len, s_len) in enumerate(zip(meta.query_lens, meta.seq_lens_host, strict=True)):
+        context = s_len - q_len
+        slots = [tables[i][p // meta.block_size] * meta.block_size + p % meta.block_size for p in range(context)]
+        cached_k = k_cache.reshape(-1, num_kv_heads, k_cache.shape[-1])[slots].double().cpu()
+        cached_v = v_cache.reshape(-1, num_kv_heads, v_cache.shape[-1])[slots].double().cpu()
+        keys = torch.cat([cached_k, key[row : row + q_len].double().cpu()])
+        values = torch.cat([cached_v, value[row : row + q_len].double().cpu()])
+        for j in range(q_len):
+            visible = context + j + 1
+            for h in range(num_heads):
+                scores = keys[:visible, h // group] @ query[row + j, h].double().cpu() * scale
+                out[row + j, h] = torch.softmax(scores, dim=0) @ values[:visible, h // group]
+        row += q_len
+    return out.to(device=query.device, dtype=query.dtype)
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    """``torch.testing.assert_close`` tolerances for a backend computing in ``dtype``."""
+    if dtype == torch.float32:
+        return {"atol": 2e-5, "rtol": 1e-4}
+    return {"atol": 2e-2, "rtol": 2e-2}
+
+
+class AttentionBackendSuite:
+    """Subclass with ``plugin_name = "<backend>"`` (and ``platform_name`` if not ``cpu``) to run the suite.
+
+    The backend is created through the plugin's ``frame_attention_create`` hook on the named platform; the suite
+    is skipped when that platform cannot run here. Override :attr:`block_sizes` for a backend limited to some.
+    """
+
+    plugin_name: ClassVar[str]
+    platform_name: ClassVar[str] = "cpu"
+    block_sizes: ClassVar[tuple[int, ...]] = (1, 4, 16, 32)
+    head_dims: ClassVar[tuple[int, ...]] = (64, 128)
+    #: (num_heads, num_kv_heads): multi-head, grouped-query and multi-query attention.
+    head_layouts: ClassVar[tuple[tuple[int, int], ...]] = ((4, 4), (6, 2), (8, 1))
+
+    @pytest.fixture(scope="class")
+    def hooks(self) -> PluginHooks:
+        return PluginHooks(PluginRegistry())
+
+    @pytest.fixture(scope="class")
+    def platform(self, hooks: PluginHooks) -> Platform:
+        reason = hooks.platform_check(self.platform_name)
+        if reason is not None:
+            pytest.skip(f"platform {self.platform_name} is unavailable: {reason}")
+        options_model = hooks.options_model("platform", self.platform_name)
+        platform = hooks.create_platform(self.platform_name, options_model() if options_model else None)
+        platform.name = self.platform_name
+        return platform
+
+    def make_backend(
+        self, hooks: PluginHooks, platform: Platform, num_heads: int, num_kv_heads: int, head_dim: int,
+        dtype: torch.dtype = torch.float32, scale: float | None = None,
+    ) -> AttentionBackend:
+        """The backend under test, created through its hook with its default options."""
+        options_model = hooks.options_model("attention", self.plugin_name)
+        return hooks.create_attention(
+            self.plugin_name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            scale=scale if scale is not None else 1.3 / math.sqrt(head_dim), dtype=dtype, platform=platform,
+            options=options_model() if options_model else None,
+        )
+
+    def check(self, hooks, platform, seed: int, num_seqs: int, block_size: int, heads: tuple[int, int],
+              head_dim: int, dtype: torch.dtype = torch.float32, kinds: Sequence[str] | None = None) -> None:
+        """Run one random step through the backend and compare output and caches with the reference."""
+        backend = self.make_backend(hooks, platform, heads[0], heads[1], head_dim, dtype)
+        q, k, v, k_cache, v_cache, meta = make_random_batch(
+            seed, num_seqs, block_size, heads[0], heads[1], head_dim, dtype, platform.device, kinds
+        )
+        expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
+        backend.prepare(meta)
+        out = backend.forward(q, k, v, k_cache, v_cache, meta)
+        assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+        torch.testing.assert_close(out, expected, **tolerance(dtype))
+
+    # -- the plugin's declarations ---------------------------------------------------------------------
+    def test_declares_its_platform(self, hooks: PluginHooks, platform: Platform) -> None:
+        platforms = hooks.attention_platforms(self.plugin_name)
+        assert self.platform_name in platforms and all(isinstance(p, str) for p in platforms)
+        assert hooks.attention_check(self.plugin_name, platform) is None
+
+    def test_rejects_heads_that_do_not_group(self, hooks: PluginHooks, platform: Platform) -> None:
+        with pytest.raises(ValueError, match="cannot be grouped"):
+            self.make_backend(hooks, platform, 6, 4, 64)
+
+    # -- write_kv ---------------------------------------------------------------------------------------
+    @pytest.mark.parametrize("block_size", [1, 4, 16, 32])
+    def test_write_kv_fills_exactly_the_mapped_slots(self, hooks, platform, block_size: int) -> None:
+        if block_size not in self.block_sizes:
+            pytest.skip(f"block size {block_size} is not supported by {self.plugin_name}")
+        backend = self.make_backend(hooks, platform, 4, 2, 64)
+        _, k, v, k_cache, v_cache, meta = make_random_batch(block_size, 5, block_size, 4, 2, 64,
+                                                            device=platform.device)
+        before_k, before_v = k_cache.clone(), v_cache.clone()
+        backend.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        flat_k, flat_v = k_cache.view(-1, 2, 64), v_cache.view(-1, 2, 64)
+        for token, slot in enumerate(meta.slot_mapping.tolist()):
+            assert torch.equal(flat_k[slot], k[token]) and torch.equal(flat_v[slot], v[token]), f"slot {slot}"
+        untouched = torch.ones(flat_k.shape[0], dtype=torch.bool, device=flat_k.device)
+        untouched[meta.slot_mapping] = False
+        assert torch.equal(flat_k[untouched], before_k.view(-1, 2, 64)[untouched])
+        assert torch.equal(flat_v[untouched], before_v.view(-1, 2, 64)[untouched])
+
+    # -- attention against the reference ----------------------------------------------------------------
+    @pytest.mark.parametrize("block_size", [1, 4, 16, 32])
+    @pytest.mark.parametrize("layout", [0, 1, 2])
+    def test_mixed_batch_matches_reference(self, hooks, platform, block_size: int, layout: int) -> None:
+        if block_size not in self.block_sizes:
+            pytest.skip(f"block size {block_size} is not supported by {self.plugin_name}")
+        self.check(hooks, platform, 100 * block_size + layout, 6, block_size, self.head_layouts[layout],
+                   self.head_dims[0], kinds=["prefill", "decode", "chunk", "decode", "chunk", "prefill"])
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_random_batches_match_reference(self, hooks, platform, seed: int) -> None:
+        rng = random.Random(seed)
+        self.check(hooks, platform, seed, rng.randint(1, 7), rng.choice(self.block_sizes),
+                   rng.choice(self.head_layouts), rng.choice(self.head_dims))
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_uniform_batches_match_reference(self, hooks, platform, kind: str) -> None:
+        self.check(hooks, platform, 7, 5, self.block_sizes[-1], self.head_layouts[1], self.head_dims[-1],
+                   kinds=[kind] * 5)
+
+    def test_single_token_prefill(self, hooks, platform) -> None:
+        backend = self.make_backend(hooks, platform, 4, 2, 64)
+        meta = build_metadata([0, 3], [1, 1], [[2], [0]], self.block_sizes[-1], platform.device)
+        gen = torch.Generator().manual_seed(3)
+        q, k, v = (torch.randn(2, h, 64, generator=gen).to(platform.device) for h in (4, 2, 2))
+        caches = [torch.randn(3, self.block_sizes[-1], 2, 64, generator=gen).to(platform.device) for _ in range(2)]
+        expected = reference_attention(q, k, v, *caches, meta, backend.scale)
+        backend.prepare(meta)
+        torch.testing.assert_close(backend.forward(q, k, v, *caches, meta), expected, **tolerance(torch.float32))
+
+    def test_one_prepare_serves_every_layer(self, hooks, platform) -> None:
+        backend = self.make_backend(hooks, platform, 6, 2, 64)
+        batches = [make_random_batch(11, 4, self.block_sizes[1], 6, 2, 64, device=platform.device,
+                                     kinds=["chunk", "decode", "prefill", "decode"]) for _ in range(2)]
+        meta = batches[0][-1]
+        backend.prepare(meta)
+        for layer, (q, k, v, k_cache, v_cache, _) in enumerate(batches):
+            q, k = q * (layer + 1), k - layer  # layers differ in data, never in metadata
+            expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
+            out = backend.forward(q, k, v, k_cache, v_cache, meta)
+            torch.testing.assert_close(out, expected, **tolerance(torch.float32))
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+    def test_low_precision_matches_reference(self, hooks, platform, dtype: torch.dtype) -> None:
+        if dtype not in platform.supported_dtypes:
+            pytest.skip(f"{platform.describe()} does not compute in {dtype}")
+        self.check(hooks, platform, 5, 5, self.block_sizes[-2], self.head_layouts[1], self.head_dims[0], dtype)

@@ -1,0 +1,71 @@
+"""SdpaAttention: paged KV attention with torch's scaled_dot_product_attention, on any torch device."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+
+from frame_attention_sdpa.plan import DecodeGroup, PrefillSeq, SdpaPlan, build_plan
+
+_PLAN_KEY = "sdpa_plan"
+
+
+class SdpaAttention(AttentionBackend):
+    """Writes K/V by slot, then attends by gathering each sequence's context through its block table.
+
+    All single-token (decode) sequences of a step share one padded, masked SDPA call, with the query heads
+    folded onto their KV head so no KV is repeated; every sequence with several new tokens (a prefill or a
+    prefill chunk) gets its own SDPA call, causal and shifted by its cached context.
+    """
+
+    def prepare(self, meta: AttentionMetadata) -> None:
+        """Build the step's gather plan once; every layer reuses it."""
+        meta.extras[_PLAN_KEY] = build_plan(meta)
+
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Copy each new token's K/V row to its slot in the flattened ``[slots, num_kv_heads, head_dim]`` pool."""
+        slots = slot_mapping.long()
+        k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, key.to(k_cache.dtype))
+        v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, value.to(v_cache.dtype))
+
+    def attend(
+        self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Causal attention of every query row over its sequence's cached context (new tokens included)."""
+        plan: SdpaPlan | None = meta.extras.get(_PLAN_KEY)
+        if plan is None:
+            self.prepare(meta)
+            plan = meta.extras[_PLAN_KEY]
+        k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
+        v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
+        out = torch.empty_like(query)
+        if plan.decode is not None:
+            out.index_copy_(0, plan.decode.rows, self._decode(query, k_flat, v_flat, plan.decode))
+        for seq in plan.prefills:
+            out[seq.start : seq.start + seq.query_len] = self._prefill(query, k_flat, v_flat, seq)
+        return out
+
+    def _decode(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, group: DecodeGroup):
+        batch, length = group.slots.shape
+        groups = self.num_heads // self.num_kv_heads
+        # Query heads h = kv * groups + g all read KV head kv: fold them into the query length of that head.
+        q = query.index_select(0, group.rows).to(k_flat.dtype).view(batch, self.num_kv_heads, groups, self.head_dim)
+        k = k_flat.index_select(0, group.slots.view(-1)).view(batch, length, self.num_kv_heads, self.head_dim)
+        v = v_flat.index_select(0, group.slots.view(-1)).view(batch, length, self.num_kv_heads, self.head_dim)
+        o = F.scaled_dot_product_attention(
+            q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=group.mask, scale=self.scale
+        )
+        return o.reshape(batch, self.num_heads, self.head_dim).to(query.dtype)
+
+    def _prefill(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, seq: PrefillSeq):
+        q = query[seq.start : seq.start + seq.query_len].to(k_flat.dtype).transpose(0, 1)
+        k = k_flat.index_select(0, seq.slots).transpose(0, 1)
+        v = v_flat.index_select(0, seq.slots).transpose(0, 1)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=seq.mask, is_causal=seq.mask is None, scale=self.scale, enable_gqa=True
+        )
+        return o.transpose(0, 1).to(query.dtype)

@@ -1,0 +1,43 @@
+"""The sdpa backend: the attention conformance suite plus checks of its own gather plan."""
+
+from __future__ import annotations
+
+import torch
+from frame.testing.attention import AttentionBackendSuite, build_metadata, make_random_batch, reference_attention
+from frame_attention_sdpa.backend import SdpaAttention
+from frame_attention_sdpa.plan import build_plan
+
+
+class TestSdpaConformance(AttentionBackendSuite):
+    plugin_name = "sdpa"
+
+
+def test_plan_splits_decodes_from_prefills() -> None:
+    meta = build_metadata([5, 0, 3, 9], [1, 4, 2, 1], [[3, 1], [0], [2, 7], [4, 5, 6]], 4)
+    plan = build_plan(meta)
+    assert plan.decode is not None
+    assert plan.decode.rows.tolist() == [0, 7]
+    # Sequence 0: 6 positions over blocks 3, 1; sequence 3: 10 positions over blocks 4, 5, 6; padded to 10.
+    assert plan.decode.slots[0, :6].tolist() == [12, 13, 14, 15, 4, 5]
+    assert plan.decode.slots[1].tolist() == [16, 17, 18, 19, 20, 21, 22, 23, 24, 25]
+    assert plan.decode.mask[:, 0, 0].sum(dim=1).tolist() == [6, 10]
+    assert [(p.start, p.query_len, p.mask is None) for p in plan.prefills] == [(1, 4, True), (5, 2, False)]
+    # The chunk's second new token (position 4) sees positions 0..4 only.
+    assert plan.prefills[1].mask[1].tolist() == [True] * 5
+
+
+def test_attend_plans_for_itself_when_prepare_was_skipped() -> None:
+    backend = SdpaAttention(4, 2, 64, 0.125, torch.float32)
+    q, k, v, k_cache, v_cache, meta = make_random_batch(3, 4, 16, 4, 2, 64)
+    out = backend.forward(q, k, v, k_cache, v_cache, meta)
+    torch.testing.assert_close(out, reference_attention(q, k, v, k_cache, v_cache, meta, 0.125), atol=2e-5, rtol=1e-4)
+
+
+def test_bfloat16_cache_with_float32_queries() -> None:
+    backend = SdpaAttention(6, 2, 64, 0.125, torch.bfloat16)
+    q, k, v, k_cache, v_cache, meta = make_random_batch(4, 3, 8, 6, 2, 64, kinds=["decode", "chunk", "prefill"])
+    k_cache, v_cache = k_cache.bfloat16(), v_cache.bfloat16()
+    out = backend.forward(q, k, v, k_cache, v_cache, meta)
+    assert out.dtype == torch.float32
+    expected = reference_attention(q, k.bfloat16(), v.bfloat16(), k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)

@@ -1,0 +1,6 @@
+"""frame-model-llama: the Llama model family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)."""
+
+from frame_model_llama.args import ARCHITECTURES, LlamaArgs
+from frame_model_llama.model import LlamaModel
+
+__all__ = ["ARCHITECTURES", "LlamaArgs", "LlamaModel"]

@@ -1,0 +1,108 @@
+"""The pieces of a Llama decoder layer: RMSNorm, attention with a fused QKV projection, SwiGLU MLP."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from torch import nn
+
+from frame_model_llama.args import LlamaArgs
+from frame_model_llama.rope import RotaryEmbedding
+
+
+def _param(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
+    # Left uninitialised: load_weights overwrites every parameter.
+    return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)
+
+
+class Linear(nn.Module):
+    """``y = x W^T + b`` with parameters created uninitialised, ready to be loaded."""
+
+    def __init__(self, n_in: int, n_out: int, bias: bool, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = _param(n_out, n_in, device=device, dtype=dtype)
+        self.bias = _param(n_out, device=device, dtype=dtype) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    """RMS normalisation in float32, optionally adding the residual stream first (saving one pass)."""
+
+    def __init__(self, size: int, eps: float, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = _param(size, device=device, dtype=dtype)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``."""
+        if residual is not None:
+            x = x + residual
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype), x
+
+
+class Attention(nn.Module):
+    """Self-attention: one QKV matmul, rotary on Q and K in place, then the paged attention backend."""
+
+    def __init__(self, args: LlamaArgs, backend: AttentionBackend, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
+        self.q_size, self.kv_size = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+        self.qkv = Linear(args.hidden_size, self.q_size + 2 * self.kv_size, args.qkv_bias, device, dtype)
+        self.o_proj = Linear(self.q_size, args.hidden_size, args.o_bias, device, dtype)
+        self.backend = backend
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        tokens = x.shape[0]
+        qkv = self.qkv(x)
+        # Q and K sit side by side in qkv, so one rotary pass covers both.
+        RotaryEmbedding.apply_(qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim), *rope)
+        q = qkv[:, : self.q_size].reshape(tokens, self.num_heads, self.head_dim)
+        k = qkv[:, self.q_size : self.q_size + self.kv_size].reshape(tokens, self.num_kv_heads, self.head_dim)
+        v = qkv[:, self.q_size + self.kv_size :].reshape(tokens, self.num_kv_heads, self.head_dim)
+        # Backends may assume contiguous inputs (the conformance suite passes contiguous ones).
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        out = self.backend.forward(q, k, v, cache[0], cache[1], meta)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))`` with gate and up in one matmul."""
+
+    def __init__(self, args: LlamaArgs, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.intermediate = args.intermediate_size
+        self.gate_up = Linear(args.hidden_size, 2 * args.intermediate_size, args.mlp_bias, device, dtype)
+        self.down_proj = Linear(args.intermediate_size, args.hidden_size, args.mlp_bias, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up(x)
+        gate, up = gate_up[:, : self.intermediate], gate_up[:, self.intermediate :]
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention and MLP; the residual stream is carried beside the hidden states."""
+
+    def __init__(self, args: LlamaArgs, backend: AttentionBackend, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.input_norm = RMSNorm(args.hidden_size, args.rms_norm_eps, device, dtype)
+        self.attn = Attention(args, backend, device, dtype)
+        self.post_attn_norm = RMSNorm(args.hidden_size, args.rms_norm_eps, device, dtype)
+        self.mlp = MLP(args, device, dtype)
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None, rope: tuple[torch.Tensor, torch.Tensor],
+        cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mlp output, residual)``; the next layer's norm adds the two."""
+        h, residual = self.input_norm(x, residual)
+        h, residual = self.post_attn_norm(self.attn(h, rope, cache, meta), residual)
+        return self.mlp(h), residual

@@ -1,0 +1,85 @@
+"""CpuPlatform: the host CPU, its threads, its dtypes and the memory the KV pool may take."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from frame.errors import ConfigError
+from frame.interfaces.platform import Platform
+from pydantic import BaseModel, ConfigDict, Field
+
+from frame_platform_cpu import probe
+
+_GIB = 1 << 30
+
+
+class CpuOptions(BaseModel):
+    """Options of the ``cpu`` platform (``--platform-opt threads=4``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
+    kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
+
+
+class CpuPlatform(Platform):
+    """Runs everything on the CPU with torch; float32 always, bfloat16 where the CPU has native support."""
+
+    name = "cpu"
+
+    def __init__(self, options: CpuOptions | None = None) -> None:
+        self.options = options or CpuOptions()
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """A CPU is always there."""
+        return None
+
+    @property
+    def threads(self) -> int:
+        return self.options.threads or probe.usable_cores()
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def supported_dtypes(self) -> Sequence[torch.dtype]:
+        return (torch.float32, torch.bfloat16) if probe.has_bf16() else (torch.float32,)
+
+    @property
+    def default_dtype(self) -> torch.dtype:
+        # bfloat16 only pays off with AMX; with AVX-512 BF16 alone float32 is about as fast and exact.
+        return torch.bfloat16 if probe.has_amx() else torch.float32
+
+    def describe(self) -> str:
+        features = [torch.backends.cpu.get_cpu_capability()]
+        if probe.has_amx():
+            features.append("AMX BF16")
+        elif probe.has_bf16():
+            features.append("BF16")
+        return f"CPU ({self.threads} threads, {', '.join(features)})"
+
+    def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
+        """The smaller of ``kv_cache_gib`` and ``memory_fraction`` of RAM less the weights."""
+        share = int(memory_fraction * probe.total_memory_bytes()) - model_bytes
+        if share <= 0:
+            raise ConfigError(
+                f"kv_cache_fraction {memory_fraction} of this machine's RAM does not even hold the "
+                f"{model_bytes / _GIB:.1f} GiB of weights; raise kv_cache_fraction or use a smaller model.",
+                param="kv_cache_fraction",
+            )
+        return min(share, int(self.options.kv_cache_gib * _GIB))
+
+    def preferred_attention(self, installed: Sequence[str]) -> str:
+        """``sdpa`` (plain torch); without it, the first installed backend, which selection then checks."""
+        if "sdpa" in installed:
+            return "sdpa"
+        if not installed:
+            raise ConfigError("No attention backend is installed; install frame-attention-sdpa.", param="attn")
+        return sorted(installed)[0]
+
+    def set_up(self) -> None:
+        """Set torch's intra-op thread count."""
+        torch.set_num_threads(self.threads)

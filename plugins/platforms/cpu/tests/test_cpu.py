@@ -1,0 +1,68 @@
+"""The cpu platform: the platform conformance suite plus its options, dtypes and memory budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from frame.errors import ConfigError
+from frame.testing.platform import PlatformSuite
+from frame_platform_cpu import probe
+from frame_platform_cpu.platform import CpuOptions, CpuPlatform
+from pydantic import ValidationError
+
+_GIB = 1 << 30
+
+
+class TestCpuConformance(PlatformSuite):
+    plugin_name = "cpu"
+
+    def device_memory_bytes(self, platform) -> int:
+        return probe.total_memory_bytes()
+
+
+def test_threads_default_to_every_usable_core_and_set_up_applies_them() -> None:
+    before = torch.get_num_threads()
+    try:
+        assert CpuPlatform().threads == probe.usable_cores()
+        platform = CpuPlatform(CpuOptions(threads=1))
+        platform.set_up()
+        assert torch.get_num_threads() == 1
+        assert "1 threads" in platform.describe()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_options_reject_bad_values() -> None:
+    with pytest.raises(ValidationError):
+        CpuOptions(threads=0)
+    with pytest.raises(ValidationError):
+        CpuOptions(kv_cache_gib=0)
+    with pytest.raises(ValidationError):
+        CpuOptions(gpu=True)
+
+
+def test_kv_budget_is_capped_by_the_option() -> None:
+    platform = CpuPlatform(CpuOptions(kv_cache_gib=0.25))
+    assert platform.kv_cache_budget_bytes(0.9, 0) == min(_GIB // 4, int(0.9 * probe.total_memory_bytes()))
+
+
+def test_kv_budget_refuses_a_model_larger_than_the_share() -> None:
+    with pytest.raises(ConfigError, match="kv_cache_fraction"):
+        CpuPlatform().kv_cache_budget_bytes(0.1, probe.total_memory_bytes())
+
+
+def test_dtypes_follow_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert list(CpuPlatform().supported_dtypes) == [torch.float32]
+    assert CpuPlatform().default_dtype == torch.float32
+    monkeypatch.setattr(probe, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
+    assert torch.bfloat16 in CpuPlatform().supported_dtypes
+    assert CpuPlatform().default_dtype == torch.bfloat16
+    assert "AMX BF16" in CpuPlatform().describe()
+
+
+def test_prefers_sdpa_and_needs_some_backend() -> None:
+    assert CpuPlatform().preferred_attention(["triton", "sdpa"]) == "sdpa"
+    assert CpuPlatform().preferred_attention(["triton"]) == "triton"
+    with pytest.raises(ConfigError, match="frame-attention-sdpa"):
+        CpuPlatform().preferred_attention([])
