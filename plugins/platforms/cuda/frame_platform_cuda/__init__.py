@@ -1,0 +1,1 @@
+"""frame-platform-cuda: run frame on an NVIDIA GPU."""

@@ -1,0 +1,1 @@
+"""frame-platform-rocm: run frame on an AMD GPU."""
