@@ -70,7 +70,7 @@ class CausalLM(torch.nn.Module, ABC):
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """Hidden states ``[num_tokens, hidden]`` for the flat batch ``input_ids``/``positions`` (int64 ``[num_tokens]``).
+        """Hidden states ``[num_tokens, hidden]`` for the flat batch ``input_ids``/``positions`` (int64).
 
         ``kv_caches[i]`` is layer ``i``'s (key, value) pool in the core's layout; new tokens' KV is written there.
         """

@@ -6,7 +6,7 @@ once (``frame plugins``, auto-selection) without answering each other's calls. L
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel
@@ -20,6 +20,9 @@ from frame.interfaces.platform import Platform
 from frame.interfaces.scheduler import Scheduler, SchedulerLimits
 from frame.plugins.registry import PluginRegistry
 
+if TYPE_CHECKING:
+    from frame.workloads.base import Workload
+
 _MISSING = object()
 
 
@@ -31,14 +34,16 @@ class PluginHooks:
 
     def _call(self, kind: str, name: str, hook: str, default: Any = _MISSING, **kwargs: Any) -> Any:
         self.registry.load(kind, name)
-        caller = getattr(self.registry.pm.hook, hook)
-        for impl in caller.get_hookimpls():
-            if impl.plugin_name == f"{kind}:{name}":
-                # pluggy lets an implementation take a subset of the spec's arguments.
-                return impl.function(*(kwargs[arg] for arg in impl.argnames))
+        pm = self.registry.pm
+        target = f"{kind}:{name}"
+        # Call through pluggy (so tracing and argument handling apply), restricted to the one plugin asked.
+        others = [plugin for plugin_name, plugin in pm.list_name_plugin() if plugin_name != target]
+        results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+        if results:
+            return results[0]
         if default is not _MISSING:
             return default
-        raise IncompatiblePluginError(f"The {kind} plugin '{name}' does not implement {hook}.")
+        raise IncompatiblePluginError(f"The {kind} plugin '{name}' returned nothing from {hook}.")
 
     # -- every kind -------------------------------------------------------------------------------------
     def options_model(self, kind: str, name: str) -> type[BaseModel] | None:
@@ -101,3 +106,8 @@ class PluginHooks:
             seq_id=seq_id, num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
             num_cached_tokens=num_cached_tokens, finish_reason=finish_reason,
         )
+
+    # -- workloads (broadcast) --------------------------------------------------------------------------
+    def workloads(self) -> list[Workload]:
+        """Every registered plugin's ``frame_workloads`` answer, concatenated (first registered first)."""
+        return [w for answer in reversed(self.registry.pm.hook.frame_workloads()) for w in answer]

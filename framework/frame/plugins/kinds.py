@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from frame.hookspecs import attention, cache, common, lifecycle, model, platform, scheduler
+from frame.hookspecs import attention, cache, common, lifecycle, model, platform, scheduler, workload
 
 
 @dataclass(frozen=True)
@@ -32,4 +32,4 @@ KINDS: dict[str, PluginKind] = {
 }
 
 #: Hookspec modules that are not tied to one kind.
-SHARED_SPECS: tuple[ModuleType, ...] = (common, lifecycle)
+SHARED_SPECS: tuple[ModuleType, ...] = (common, lifecycle, workload)

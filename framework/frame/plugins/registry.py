@@ -14,6 +14,7 @@ Escape hatches, read from the environment when the registry is built:
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from dataclasses import dataclass
@@ -53,9 +54,18 @@ def _names_from_env(variable: str) -> frozenset[str] | None:
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
-def _info(kind: PluginKind, ep: EntryPoint) -> PluginInfo:
-    dist = getattr(ep, "dist", None)
-    return PluginInfo(kind.name, ep.name, ep.value, dist.name if dist else None, dist.version if dist else None)
+def _info(kind: PluginKind, ep: EntryPoint, owners: dict[str, tuple[str, str]]) -> PluginInfo:
+    dist, version = owners.get(ep.name, (None, None))
+    return PluginInfo(kind.name, ep.name, ep.value, dist, version)
+
+
+def _owners(group: str) -> dict[str, tuple[str, str]]:
+    """Entry-point name -> (distribution, version); stevedore's cached entry points do not carry them."""
+    owners = {}
+    for ep in importlib.metadata.entry_points(group=group):
+        if ep.dist is not None:
+            owners[ep.name] = (ep.dist.name, ep.dist.version)
+    return owners
 
 
 class PluginRegistry:
@@ -92,7 +102,8 @@ class PluginRegistry:
         """Every plugin of ``kind`` that is installed or registered in-process, sorted by name."""
         spec = KINDS[kind]
         manager = stevedore.NamedExtensionManager(spec.group, names=[])
-        found = {ep.name: _info(spec, ep) for ep in manager.list_entry_points()}
+        owners = _owners(spec.group)
+        found = {ep.name: _info(spec, ep, owners) for ep in manager.list_entry_points()}
         found.update({name: info for (k, name), info in self._extra.items() if k == kind})
         return [found[name] for name in sorted(found)]
 
@@ -120,9 +131,9 @@ class PluginRegistry:
         infos = {p.name: p for p in self.installed(kind)}
         available = [n for n in infos if self.disabled_reason(kind, n) is None]
         if name not in infos:
+            choices = ", ".join(available) or "(none installed)"
             raise UnknownPluginError(
-                f"No {kind} plugin named '{name}' is installed; choose one of: {', '.join(available) or 'none'}"
-                f" (--{spec.flag}).",
+                f"No {kind} plugin named '{name}' is installed; choose one of: {choices} (--{spec.flag}).",
                 param=spec.flag,
             )
         reason = self.disabled_reason(kind, name)
@@ -141,7 +152,7 @@ class PluginRegistry:
             others = [n for n in available if n != name]
             raise PluginImportError(
                 f"The {kind} plugin '{name}' from wheel {info.wheel} failed to import ({cause}); reinstall that "
-                f"wheel or choose another of: {', '.join(others) or 'none'}.",
+                f"wheel or choose another of: {', '.join(others) or '(none installed)'}.",
                 param=spec.flag,
             )
         return self.register(kind, name, manager[name].plugin, info)

@@ -1,0 +1,1 @@
+"""The ``frame`` command line: one module per command, wired in ``main``."""

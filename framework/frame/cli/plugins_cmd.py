@@ -1,0 +1,92 @@
+"""``frame plugins``: every installed plugin by kind, its wheel and version, and whether it runs here."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from frame.engine.selection import select_platform
+from frame.errors import FrameUsageError
+from frame.interfaces.platform import Platform
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.kinds import KINDS
+from frame.plugins.registry import PluginRegistry
+
+
+@dataclass
+class PluginStatus:
+    """One row of the table."""
+
+    kind: str
+    name: str
+    wheel: str
+    version: str
+    runs_here: bool
+    why: str
+
+
+def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) -> tuple[bool, str]:
+    registry = hooks.registry
+    reason = registry.disabled_reason(kind, name)
+    if reason is not None:
+        return False, reason
+    try:
+        registry.load(kind, name)
+    except FrameUsageError as err:
+        return False, str(err)
+    if kind == "platform":
+        why = hooks.platform_check(name)
+        return why is None, why or f"priority {hooks.platform_priority(name)}"
+    if kind == "attention":
+        supported = hooks.attention_platforms(name)
+        if platform is None:
+            return False, "no platform can run here"
+        if platform.name not in supported:
+            return False, f"runs on {', '.join(supported)} only; this machine is {platform.describe()}"
+        why = hooks.attention_check(name, platform)
+        return why is None, why or f"on {platform.name}"
+    if kind == "model":
+        return True, ", ".join(hooks.model_architectures(name))
+    return True, ""
+
+
+def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
+    """The status of every installed plugin (loading each; failures are reported, not raised)."""
+    hooks = PluginHooks(registry or PluginRegistry())
+    platform = None
+    try:
+        name = select_platform(hooks, "auto")
+        platform = hooks.create_platform(name, None)
+        platform.name = name
+    except FrameUsageError:
+        pass
+    rows = []
+    for kind in KINDS:
+        for info in hooks.registry.installed(kind):
+            ok, why = _runs_here(hooks, kind, info.name, platform)
+            rows.append(PluginStatus(kind, info.name, info.distribution or "(in-process)", info.version or "-",
+                                     ok, why))
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = collect()
+    if args.json:
+        import json
+
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+        return 0
+    table = Table(title="frame plugins")
+    for column in ("kind", "name", "wheel", "version", "runs here", "notes"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.kind, r.name, r.wheel, r.version, "[green]yes[/]" if r.runs_here else "[red]no[/]", r.why)
+    Console().print(table)
+    return 0

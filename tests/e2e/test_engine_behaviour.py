@@ -1,0 +1,107 @@
+"""Engine behaviour on the real model: batch invariance, prefix caching, salts, preemption, n > 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from frame import LLM, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+BLOCK = 16
+
+
+def _greedy_tokens(llm: LLM, prompts: list[list[int]], params: SamplingParams = GREEDY, **kw) -> list[list[int]]:
+    return [r.outputs[0].token_ids for r in llm.generate([{"prompt_token_ids": p} for p in prompts], params, **kw)]
+
+
+@pytest.fixture(scope="module")
+def mixed_prompts(chat_prompts, smol_source) -> list[list[int]]:
+    """16 prompts of mixed lengths (chat prompts, some with long filler)."""
+    filler = smol_source.tokenizer("The quick brown fox jumps over the lazy dog. " * 12).input_ids
+    prompts = []
+    for i in range(16):
+        base = chat_prompts[i % len(chat_prompts)]
+        prompts.append(filler[: (i * 7) % 90] + base)
+    return prompts
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM(dtype="float32", max_model_len=512, max_num_batched_tokens=256)
+
+
+def test_batch_invariance(llm: LLM, mixed_prompts) -> None:
+    together = _greedy_tokens(llm, mixed_prompts)
+    for i in (0, 5, 11):
+        llm.engine.cache.reset()
+        assert _greedy_tokens(llm, [mixed_prompts[i]]) == [together[i]]
+
+
+@pytest.mark.parametrize("cache", ["hashchain", "radix", "none"])
+def test_prefix_cache_counts_and_identical_outputs(cache: str, chat_prompts, smol_source) -> None:
+    system = smol_source.tokenizer("You are a careful assistant. Answer briefly and precisely. " * 6).input_ids
+    prompts = [system + p for p in chat_prompts]
+    llm = LLM(dtype="float32", cache=cache, max_model_len=512, block_size=BLOCK)
+    first = llm.generate([{"prompt_token_ids": p} for p in prompts], GREEDY)
+    second = llm.generate([{"prompt_token_ids": p} for p in prompts], GREEDY)
+    assert [r.outputs[0].token_ids for r in first] == [r.outputs[0].token_ids for r in second]
+    expected = {
+        "hashchain": [(len(p) - 1) // BLOCK * BLOCK for p in prompts],
+        "radix": [len(p) - 1 for p in prompts],
+        "none": [0] * len(prompts),
+    }[cache]
+    assert [r.num_cached_tokens for r in second] == expected
+    # Different salts never share: the same prompts under a new tenant's salt reuse nothing.
+    salted = llm.generate([{"prompt_token_ids": p} for p in prompts], GREEDY, cache_salt="tenant-b")
+    assert [r.num_cached_tokens for r in salted] == [0] * len(prompts)
+    assert [r.outputs[0].token_ids for r in salted] == [r.outputs[0].token_ids for r in first]
+
+
+def test_outputs_identical_across_caches(mixed_prompts) -> None:
+    outputs = {
+        cache: _greedy_tokens(LLM(dtype="float32", cache=cache, max_model_len=512), mixed_prompts[:6])
+        for cache in ("hashchain", "radix", "none")
+    }
+    assert outputs["hashchain"] == outputs["radix"] == outputs["none"]
+
+
+def test_preemption_loses_nothing_and_frees_the_pool(mixed_prompts) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    roomy = _greedy_tokens(LLM(dtype="float32", max_model_len=256), mixed_prompts[:8], params)
+    tight = LLM(dtype="float32", max_model_len=256, num_kv_blocks=20, block_size=BLOCK)
+    assert _greedy_tokens(tight, mixed_prompts[:8], params) == roomy
+    stats = tight.stats()
+    assert stats.preemptions > 0
+    assert stats.blocks_in_use == 0
+    assert tight.engine.cache.num_free_blocks == tight.engine.num_blocks
+
+
+def test_n_completions_and_seeded_sampling(llm: LLM, chat_prompts) -> None:
+    params = SamplingParams(n=3, temperature=0.9, top_p=0.95, seed=7, max_tokens=12)
+    a = llm.generate({"prompt_token_ids": chat_prompts[1]}, params)[0]
+    b = llm.generate({"prompt_token_ids": chat_prompts[1]}, params)[0]
+    assert [o.index for o in a.outputs] == [0, 1, 2]
+    assert [o.token_ids for o in a.outputs] == [o.token_ids for o in b.outputs]
+    assert len({tuple(o.token_ids) for o in a.outputs}) > 1
+
+
+def test_stop_strings_and_stop_tokens(llm: LLM, chat_prompts) -> None:
+    full = llm.generate({"prompt_token_ids": chat_prompts[0]}, SamplingParams(temperature=0, max_tokens=20))[0]
+    text = full.outputs[0].text
+    word = text.split()[2]
+    cut = llm.generate({"prompt_token_ids": chat_prompts[0]},
+                       SamplingParams(temperature=0, max_tokens=20, stop=[word]))[0].outputs[0]
+    assert cut.finish_reason == "stop" and cut.stop_reason == word
+    assert cut.text == text[: text.index(word)]
+    stop_id = full.outputs[0].token_ids[3]
+    by_id = llm.generate({"prompt_token_ids": chat_prompts[0]},
+                         SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[stop_id]))[0].outputs[0]
+    assert by_id.token_ids == full.outputs[0].token_ids[:4] and by_id.stop_reason == stop_id
+    assert llm.stats().blocks_in_use == 0
+
+
+def test_chat_api_applies_the_template(llm: LLM) -> None:
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   SamplingParams(temperature=0, max_tokens=16))
+    assert "Paris" in out[0].outputs[0].text
+    assert out[0].outputs[0].finish_reason in ("stop", "length")
