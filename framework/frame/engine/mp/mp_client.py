@@ -1,0 +1,98 @@
+"""MPEngineClient: the engine core in a child process, reached over two ZeroMQ ipc:// sockets.
+
+The client binds both sockets in a private temporary directory and starts ``python -m frame.engine.mp.proc``
+with the EngineConfig as JSON in its environment, so nothing is pickled. A reader task decodes what the engine
+sends; a watchdog task notices the process exiting (crash, OOM kill, SIGKILL) and fails every open request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import zmq
+import zmq.asyncio
+
+from frame.config import EngineConfig
+from frame.engine.mp.client import EngineClient
+from frame.engine.mp.messages import Shutdown, ToEngine, decode_from_engine, encode
+from frame.engine.mp.proc import CONFIG_ENV
+
+#: How often the watchdog checks that the engine process is alive (seconds).
+WATCH_INTERVAL_S = 0.2
+
+
+class MPEngineClient(EngineClient):
+    """Runs the engine core in a child process (the default of ``frame serve``)."""
+
+    mode = "mp"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.process: subprocess.Popen[bytes] | None = None
+        self._dir = tempfile.mkdtemp(prefix="frame-engine-")
+        self._ctx = zmq.asyncio.Context()
+        self._to_engine = self._ctx.socket(zmq.PUSH)
+        self._from_engine = self._ctx.socket(zmq.PULL)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _launch(self) -> None:
+        input_addr, output_addr = f"ipc://{self._dir}/input", f"ipc://{self._dir}/output"
+        self._to_engine.setsockopt(zmq.LINGER, 0)
+        self._to_engine.bind(input_addr)
+        self._from_engine.bind(output_addr)
+        env = {**os.environ, CONFIG_ENV: self.config.model_dump_json()}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "frame.engine.mp.proc", "--input", input_addr, "--output", output_addr,
+             "--parent-pid", str(os.getpid())],
+            env=env, stdin=subprocess.DEVNULL,
+        )
+        self._tasks = [asyncio.create_task(self._read(), name="engine-reader"),
+                       asyncio.create_task(self._watch(), name="engine-watchdog")]
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def _send(self, msg: ToEngine) -> None:
+        self._to_engine.send(encode(msg), copy=False)
+
+    async def _read(self) -> None:
+        while True:
+            data = await self._from_engine.recv()
+            self._dispatch(decode_from_engine(data))
+
+    async def _watch(self) -> None:
+        assert self.process is not None
+        while (code := self.process.poll()) is None:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+        await asyncio.sleep(WATCH_INTERVAL_S)  # let a last Failed message arrive first
+        self._die(f"the engine process {self.process.pid} exited with code {code}")
+
+    async def shutdown(self) -> None:
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            if self.dead_reason is None:
+                self._send(Shutdown())
+            try:
+                await asyncio.wait_for(asyncio.to_thread(proc.wait), 5.0)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+        if self.dead_reason is None:
+            self.dead_reason = "the engine was shut down"
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        self._to_engine.close(linger=0)
+        self._from_engine.close(linger=0)
+        self._ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)

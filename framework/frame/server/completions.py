@@ -1,0 +1,135 @@
+"""``POST /v1/completions``: text or token-id prompts (one or a batch), streamed as SSE or answered whole."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from frame.engine.mp import EngineDeadError
+from frame.errors import FrameUsageError
+from frame.outputs import RequestOutput
+from frame.server.checks import check_length, check_model, sampling_params
+from frame.server.deps import check_ids, default_max_tokens, get_state, new_id, tokenize_text
+from frame.server.errors import ServerError, dead_engine_body, usage_error_body
+from frame.server.formatting import DONE, completion_logprobs, sse, usage, usage_counts
+from frame.server.generation import ClientDisconnectedError, Generation, PromptJob
+from frame.server.schemas import CompletionRequest
+from frame.server.state import ServerState
+
+router = APIRouter()
+
+
+def _jobs(state: ServerState, prompt: str | list[str] | list[int] | list[list[int]]) -> list[PromptJob]:
+    if isinstance(prompt, str):
+        return [PromptJob(prompt, tokenize_text(state, prompt))]
+    if not prompt:
+        raise FrameUsageError("prompt is an empty list; send text or token ids.", param="prompt")
+    limit = state.settings.limits.max_prompts
+    if len(prompt) > limit and not isinstance(prompt[0], int):
+        raise ServerError(f"prompt holds {len(prompt)} prompts, over this server's limit of {limit}.",
+                          status=400, code="limit_exceeded", param="prompt")
+    if isinstance(prompt[0], int):
+        return [PromptJob(None, check_ids(state, list(prompt)))]  # type: ignore[arg-type]
+    if isinstance(prompt[0], str):
+        return [PromptJob(p, tokenize_text(state, p)) for p in prompt]  # type: ignore[arg-type]
+    return [PromptJob(None, check_ids(state, list(p))) for p in prompt]  # type: ignore[arg-type]
+
+
+def _unsupported(req: CompletionRequest) -> None:
+    def refuse(param: str, why: str) -> ServerError:
+        return ServerError(f"{param} {why}.", status=400, code="unsupported", param=param)
+
+    if req.suffix:
+        raise refuse("suffix", "is not supported by this server")
+    if req.best_of is not None and req.best_of != req.n:
+        raise refuse("best_of", f"must equal n ({req.n}) on this server")
+    if req.echo and req.logprobs is not None:
+        raise refuse("echo", "cannot be combined with logprobs on this server")
+    if req.stream_options is not None and not req.stream:
+        raise refuse("stream_options", "is only allowed when stream is true")
+
+
+@router.post("/v1/completions", response_model=None)
+async def create_completion(req: CompletionRequest, raw: Request,
+                            state: ServerState = Depends(get_state)) -> Response:
+    check_model(req.model, state.model_names)
+    _unsupported(req)
+    jobs = _jobs(state, req.prompt)
+    longest = max(len(j.ids) for j in jobs)
+    max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens(state, longest)
+    params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=req.logprobs,
+                             vocab_size=state.info.vocab_size)
+    for job in jobs:
+        check_length(len(job.ids), params.max_tokens, state.info.max_model_len)
+    gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, req.cache_salt)
+    gen.admit()
+    created = int(time.time())
+    if req.stream:
+        return StreamingResponse(_stream(gen, req, state, created), media_type="text/event-stream",
+                                 background=BackgroundTask(gen.release))
+    try:
+        results = await gen.collect(raw)
+    except ClientDisconnectedError:
+        return Response(status_code=499)
+    return JSONResponse(_body(gen, req, state, created, results))
+
+
+def _text(state: ServerState, job: PromptJob) -> str:
+    return job.text if job.text is not None else state.tokenizer.decode(job.ids)
+
+
+def _body(gen: Generation, req: CompletionRequest, state: ServerState, created: int,
+          results: list[RequestOutput]) -> dict[str, Any]:
+    choices = []
+    for p, result in enumerate(results):
+        prefix = _text(state, gen.jobs[p]) if req.echo else ""
+        for out in result.outputs:
+            logprobs = None
+            if req.logprobs is not None and out.logprobs is not None:
+                logprobs = completion_logprobs(out.token_ids, out.logprobs, req.logprobs)
+            choices.append({"index": p * req.n + out.index, "text": prefix + out.text, "logprobs": logprobs,
+                            "finish_reason": out.finish_reason, "stop_reason": out.stop_reason})
+    return {"id": gen.request_id, "object": "text_completion", "created": created, "model": state.model_name,
+            "choices": choices, "usage": usage(results)}
+
+
+async def _stream(gen: Generation, req: CompletionRequest, state: ServerState, created: int) -> AsyncIterator[str]:
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return sse({"id": gen.request_id, "object": "text_completion", "created": created,
+                    "model": state.model_name, "choices": choices, **extra})
+
+    offsets: dict[int, int] = {}
+    completion_tokens, cached = 0, 0
+    try:
+        if req.echo:
+            for p, job in enumerate(gen.jobs):
+                text = _text(state, job)
+                yield chunk([{"index": p * req.n + i, "text": text, "logprobs": None, "finish_reason": None}
+                             for i in range(req.n)])
+        async for p, item in gen.stream():
+            if isinstance(item, RequestOutput):
+                cached += item.num_cached_tokens
+                continue
+            completion_tokens += len(item.token_ids)
+            if not item.text and item.finish_reason is None and item.logprobs is None:
+                continue
+            index = p * req.n + item.index
+            logprobs = None
+            if item.logprobs is not None and req.logprobs is not None:
+                logprobs = completion_logprobs(item.token_ids, item.logprobs, req.logprobs, offsets.get(index, 0))
+                offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs["tokens"])
+            yield chunk([{"index": index, "text": item.text, "logprobs": logprobs,
+                          "finish_reason": item.finish_reason, "stop_reason": item.stop_reason}])
+        if req.stream_options is not None and req.stream_options.include_usage:
+            prompt_tokens = sum(len(j.ids) for j in gen.jobs)
+            yield chunk([], usage=usage_counts(prompt_tokens, completion_tokens, cached))
+    except EngineDeadError as err:
+        yield sse(dead_engine_body(err))
+    except FrameUsageError as err:
+        yield sse(usage_error_body(err))
+    yield DONE

@@ -1,0 +1,100 @@
+"""Errors in the OpenAI shape: ``{"error": {"message", "type", "param", "code"}}`` with the right status.
+
+Every way a request can go wrong maps here: frame's usage errors (their ``status``, ``param`` and ``code``),
+pydantic's validation errors and malformed JSON (400, as OpenAI and vLLM answer, not FastAPI's 422), HTTP errors
+(unknown route 404, wrong method 405) and a dead engine (503).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from frame.engine.mp import EngineDeadError
+from frame.errors import FrameUsageError
+
+log = logging.getLogger("frame.server")
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 429: "rate_limit_error",
+          503: "service_unavailable_error"}
+
+
+class ServerError(FrameUsageError):
+    """A request the server refuses for its own reasons (auth, limits, load); ``status`` set per instance."""
+
+    def __init__(self, message: str, *, status: int, code: str, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status, self.code, self.headers = status, code, headers or {}
+
+
+def error_body(message: str, status: int, code: str | None, param: str | None = None) -> dict[str, Any]:
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(message: str, status: int, code: str | None, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, code, param), status_code=status, headers=headers)
+
+
+def usage_error_body(err: FrameUsageError) -> dict[str, Any]:
+    return error_body(err.message, err.status, err.code, err.param)
+
+
+def dead_engine_body(err: EngineDeadError) -> dict[str, Any]:
+    return error_body(str(err), 503, "engine_dead")
+
+
+def validation_message(err: RequestValidationError) -> tuple[str, str | None]:
+    """One sentence (and the param) from pydantic's list of errors."""
+    first = err.errors()[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return f"The request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}.", None
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type", "missing"):
+        return "The request body must be a JSON object.", None
+    # Union members show up as extra path parts ('prompt', 'str'); report the field path only.
+    path = ".".join(p for p in loc if not p.startswith(("str", "list[", "dict[", "int", "float", "bool")))
+    if first.get("type") == "extra_forbidden":
+        return f"Unknown parameter '{path}'; remove it.", path
+    if first.get("type") == "missing":
+        return f"'{path}' is required.", path
+    return f"Invalid value for '{path}': {first['msg']}.", path or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every failure in the OpenAI error shape."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, err: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(err)
+        return error_response(message, 400, "invalid_json" if param is None else "invalid_type", param)
+
+    @app.exception_handler(ServerError)
+    async def _server(_: Request, err: ServerError) -> JSONResponse:
+        return error_response(err.message, err.status, err.code, err.param, err.headers)
+
+    @app.exception_handler(FrameUsageError)
+    async def _usage(_: Request, err: FrameUsageError) -> JSONResponse:
+        return JSONResponse(usage_error_body(err), status_code=err.status)
+
+    @app.exception_handler(EngineDeadError)
+    async def _dead(_: Request, err: EngineDeadError) -> JSONResponse:
+        return JSONResponse(dead_engine_body(err), status_code=503)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, err: HTTPException) -> JSONResponse:
+        return error_response(str(err.detail), err.status_code, "not_found" if err.status_code == 404 else None,
+                              headers=getattr(err, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(f"Internal server error: {type(err).__name__}.", 500, "internal_error")

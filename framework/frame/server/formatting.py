@@ -1,0 +1,72 @@
+"""Response pieces in the OpenAI shapes: usage, completions logprobs, chat logprobs, SSE framing."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from frame.outputs import PositionLogprobs, RequestOutput
+
+#: JSON has no -inf; a token the model rules out gets this logprob, as in vLLM.
+_FLOOR = -9999.0
+
+
+def _lp(value: float) -> float:
+    return _FLOOR if math.isinf(value) or math.isnan(value) else value
+
+
+def _top(position: PositionLogprobs, k: int) -> list[tuple[int, float, str]]:
+    ranked = sorted((lp.rank, tid) for tid, lp in position.items() if lp.rank is not None)[:k]
+    return [(tid, position[tid].logprob, position[tid].decoded_token or "") for _, tid in ranked]
+
+
+def completion_logprobs(token_ids: list[int], positions: list[PositionLogprobs], k: int,
+                        text_offset: int = 0) -> dict[str, Any]:
+    """``choices[].logprobs`` of /v1/completions: tokens, their logprobs, the top ``k`` and text offsets."""
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    for tid, position in zip(token_ids, positions, strict=False):
+        sampled = position[tid]
+        text = sampled.decoded_token or ""
+        tokens.append(text)
+        token_logprobs.append(_lp(sampled.logprob))
+        top = {t: _lp(lp) for _, lp, t in _top(position, k)}
+        top.setdefault(text, _lp(sampled.logprob))
+        tops.append(top)
+        offsets.append(text_offset)
+        text_offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def chat_logprobs(token_ids: list[int], positions: list[PositionLogprobs], k: int) -> dict[str, Any]:
+    """``choices[].logprobs`` of /v1/chat/completions: ``{"content": [...]}`` with ``top_logprobs`` of ``k``."""
+    content = []
+    for tid, position in zip(token_ids, positions, strict=False):
+        sampled = position[tid]
+        text = sampled.decoded_token or ""
+        content.append({
+            "token": text, "logprob": _lp(sampled.logprob), "bytes": list(text.encode()),
+            "top_logprobs": [{"token": t, "logprob": _lp(lp), "bytes": list(t.encode())}
+                             for _, lp, t in _top(position, k)],
+        })
+    return {"content": content}
+
+
+def usage(results: list[RequestOutput]) -> dict[str, Any]:
+    """Token counts of finished requests: prompt (per prompt), completion (every choice) and cached."""
+    prompt = sum(len(r.prompt_token_ids) for r in results)
+    completion = sum(len(c.token_ids) for r in results for c in r.outputs)
+    return usage_counts(prompt, completion, sum(r.num_cached_tokens for r in results))
+
+
+def usage_counts(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One server-sent event."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+DONE = sse("[DONE]")

@@ -1,0 +1,39 @@
+"""ServerState: what the request handlers share (engine, tokenizer, limits, metrics, draining flag)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from frame.engine.mp import AsyncEngine, EngineClient
+from frame.engine.mp.messages import Ready
+from frame.server.metrics import ServerMetrics
+from frame.server.settings import ServerSettings
+
+
+@dataclass
+class ServerState:
+    """One per app, built by the lifespan once the engine is ready.
+
+    ``waiting`` counts sequences the server has sent to the engine that have not produced a first token yet;
+    it is what ``--max-waiting-requests`` bounds.
+    """
+
+    settings: ServerSettings
+    client: EngineClient
+    engine: AsyncEngine
+    tokenizer: Any
+    info: Ready
+    metrics: ServerMetrics
+    draining: bool = False
+    waiting: int = 0
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_names(self) -> list[str]:
+        return self.settings.served_model_names or [self.info.model_name]
+
+    @property
+    def model_name(self) -> str:
+        return self.model_names[0]

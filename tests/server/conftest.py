@@ -1,0 +1,154 @@
+"""Fixtures of the server tests: real `frame serve` processes and an in-process server on free local ports.
+
+Servers are shared per session (model load takes seconds); tests that break a server (kill its engine, drain it)
+start their own. Every server runs one torch thread, a 1024-token context and a small KV pool, to stay fast on a
+shared two-core machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ENGINE_ARGS = ["--max-model-len", "1024", "--num-kv-blocks", "512", "--platform-opt", "threads=1"]
+START_TIMEOUT_S = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running server: its URL, and its process when it is a `frame serve` subprocess."""
+
+    base_url: str
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+    app: object = None
+    api_key: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=120, **kwargs)
+
+    def engine_pid(self) -> int:
+        with self.client() as c:
+            return c.get("/version").json()["engine_pid"]
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log else ""
+
+
+def wait_healthy(server: Server, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc is not None and server.proc.poll() is not None:
+            raise RuntimeError(f"frame serve exited with {server.proc.returncode}:\n{server.log_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"server did not become healthy:\n{server.log_text()[-3000:]}")
+
+
+def start_serve(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+    """Start `frame serve` in a subprocess and wait until /health answers 200."""
+    port = free_port()
+    log = tmp / f"serve-{port}.log"
+    cmd = [sys.executable, "-m", "frame.cli.main", "serve", "--port", str(port), *ENGINE_ARGS, *extra]
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    server = Server(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        wait_healthy(server)
+    except Exception:
+        stop_serve(server)
+        raise
+    return server
+
+
+def stop_serve(server: Server) -> None:
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mp_server(tmp_path_factory) -> Server:
+    """`frame serve` with the engine core in its own process (the default)."""
+    server = start_serve(tmp_path_factory.mktemp("mp"), "--max-n", "8", "--max-logprobs", "5")
+    yield server
+    stop_serve(server)
+
+
+@pytest.fixture(scope="session")
+def inproc_server() -> Server:
+    """The same app with ``--engine inproc``, served by uvicorn in a thread of the test process."""
+    from frame.config import build_config
+    from frame.server import ServerLimits, ServerSettings, build_app
+    from frame.server.runner import server_for
+
+    config = build_config(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1})
+    app = build_app(config, ServerSettings(engine_mode="inproc", limits=ServerLimits(max_n=8)))
+    port = free_port()
+    uv = server_for(app, "127.0.0.1", port, drain_timeout_s=5, log_level="warning")
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    server = Server(f"http://127.0.0.1:{port}", app=app)
+    wait_healthy(server)
+    yield server
+    uv.should_exit = True
+    thread.join(30)
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """Prometheus text to {sample name (with labels): value}, through prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+@pytest.fixture
+def metrics():
+    """``metrics(server)``: the server's /metrics as a dict of sample values."""
+
+    def read(server: Server) -> dict[str, float]:
+        with server.client() as c:
+            resp = c.get("/metrics")
+            assert resp.status_code == 200
+            return metric_values(resp.text)
+
+    return read
+
+
+@pytest.fixture(scope="session")
+def serve_tools():
+    """``(start_serve, stop_serve)`` for tests that need a server of their own (importlib mode hides conftest)."""
+    return start_serve, stop_serve

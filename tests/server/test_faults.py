@@ -1,0 +1,98 @@
+"""Faults that must not hurt the server: disconnecting clients free their KV blocks, a full waiting queue answers
+503 with Retry-After, and /metrics parses and moves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+BODY = {"prompt": "Tell me a long story about a dragon.", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+
+
+def wait_for_idle(server, metrics, timeout_s: float = 60.0) -> dict[str, float]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        values = metrics(server)
+        if values["frame_kv_cache_blocks_in_use"] == 0 and values["frame_num_requests_running"] == 0 \
+                and values["frame_num_requests_waiting"] == 0:
+            return values
+        assert time.monotonic() < deadline, f"engine still busy: {values}"
+        time.sleep(0.5)
+
+
+def test_disconnected_streams_free_their_blocks(mp_server, metrics):
+    async def open_and_drop() -> int:
+        async with httpx.AsyncClient(base_url=mp_server.base_url, timeout=120) as client:
+            async def one() -> int:
+                chunks = 0
+                async with client.stream("POST", "/v1/completions", json={**BODY, "stream": True}) as resp:
+                    assert resp.status_code == 200
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data: "):
+                            chunks += 1
+                            if chunks == 3:
+                                break  # leaving the block closes the connection mid-stream
+                return chunks
+
+            return sum(await asyncio.gather(*(one() for _ in range(20))))
+
+    assert asyncio.run(open_and_drop()) == 60
+    values = wait_for_idle(mp_server, metrics)
+    assert values["frame_kv_cache_blocks_total"] == 512
+    # Generation stopped early: far fewer than 20 * 200 tokens were produced.
+    with mp_server.client() as c:
+        resp = c.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 3})
+    assert resp.status_code == 200
+
+
+def test_disconnected_non_streaming_request_is_aborted(mp_server, metrics):
+    before = metrics(mp_server)["frame_engine_steps_total"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{mp_server.base_url}/v1/completions", json={**BODY, "max_tokens": 900}, timeout=3)
+    values = wait_for_idle(mp_server, metrics)
+    assert values["frame_engine_steps_total"] - before < 600  # aborted long before its 900 tokens
+
+
+def test_full_waiting_queue_answers_503_with_retry_after(inproc_server):
+    limits = inproc_server.app.state.frame.settings.limits
+    saved, limits.max_waiting_requests = limits.max_waiting_requests, 2
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=inproc_server.base_url, timeout=120) as client:
+            return await asyncio.gather(*(client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4})
+                                          for _ in range(8)))
+
+    try:
+        responses = asyncio.run(burst())
+    finally:
+        limits.max_waiting_requests = saved
+    assert inproc_server.app.state.frame.waiting == 0  # every place was given back
+    refused = [r for r in responses if r.status_code == 503]
+    assert refused and len(refused) < 8
+    assert all(r.status_code == 200 for r in responses if r not in refused)
+    for r in refused:
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "queue_full"
+
+
+def test_metrics_parse_and_move(mp_server, metrics):
+    before = metrics(mp_server)
+    with mp_server.client() as c:
+        resp = c.post("/v1/completions", json={"prompt": "Count to five:", "max_tokens": 5, "ignore_eos": True})
+        usage = resp.json()["usage"]
+    after = metrics(mp_server)
+    assert after["frame_generation_tokens_total"] - before["frame_generation_tokens_total"] == 5
+    assert after["frame_prompt_tokens_total"] - before["frame_prompt_tokens_total"] == usage["prompt_tokens"]
+    assert after["frame_time_to_first_token_seconds_count"] == before["frame_time_to_first_token_seconds_count"] + 1
+    assert after["frame_e2e_request_latency_seconds_count"] == before["frame_e2e_request_latency_seconds_count"] + 1
+    assert after["frame_time_per_output_token_seconds_count"] > before["frame_time_per_output_token_seconds_count"]
+    assert after["frame_request_success_total{finished_reason=length}"] > \
+        before.get("frame_request_success_total{finished_reason=length}", 0)
+    assert after["frame_prefix_cache_queries_total"] > before["frame_prefix_cache_queries_total"]
+    assert after["frame_engine_steps_total"] > before["frame_engine_steps_total"]
+    for gauge in ("frame_num_requests_running", "frame_num_requests_waiting", "frame_kv_cache_usage_perc"):
+        assert gauge in after
+    assert "frame_prefix_cache_hits_total" in after
