@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from frame.cli.engine_flags import config_from_args
 from frame.cli.main import build_parser
 from frame.config import build_config, load_yaml, resolve_plugin_options

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from frame import hookimpl
 from frame.errors import IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
 from frame.plugins.hooks import PluginHooks

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
-
+import tomllib
 from frame.cli.new_plugin import write_skeleton
 from frame.errors import FrameUsageError
 from frame.plugins.kinds import KINDS

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from frame import LLM, SamplingParams
 
 #: Largest allowed difference between frame's and transformers' top-5 logprobs (float32, same weights).

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
-
 from frame import LLM, SamplingParams
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=512, vocab_size=49152, initializer_range=0.2,
