@@ -1,0 +1,91 @@
+"""Drive an EngineCore through a workload's requests, timing every request in the engine loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from frame.bench.metrics import RequestTiming, summarize
+from frame.engine.core import EngineCore
+from frame.engine.protocol import EngineRequest, EngineStats
+from frame.workloads.base import WorkloadRequest, greedy
+
+#: EngineStats counters that only grow; a run reports their increase over the run.
+COUNTERS = ("prefix_queries", "prefix_query_tokens", "prefix_hit_tokens", "evictions", "preemptions",
+            "prompt_tokens_computed", "generation_tokens", "steps")
+
+
+@dataclass
+class DriveResult:
+    """What one run measured: per-request timings (in request order), wall time, and the engine's stats
+    (counters as their increase over the run, gauges as they stood at its end)."""
+
+    timings: list[RequestTiming]
+    elapsed: float
+    stats: dict[str, Any]
+
+    def summary(self) -> dict[str, float]:
+        out = summarize(self.timings, self.elapsed)
+        out.update({k: self.stats[k] for k in ("prompt_tokens_computed", "peak_blocks_in_use", "num_blocks",
+                                               "evictions", "preemptions", "steps")})
+        return out
+
+
+def _delta(before: EngineStats, after: EngineStats) -> dict[str, Any]:
+    stats: dict[str, Any] = msgspec.structs.asdict(after)
+    for key in COUNTERS:
+        stats[key] = getattr(after, key) - getattr(before, key)
+    return stats
+
+
+def warm_up(engine: EngineCore, num_tokens: int = 2) -> None:
+    """One tiny request so one-time costs (thread pools, first kernels) stay out of the measured run."""
+    engine.add_request(EngineRequest(request_id="warm-up", prompt_token_ids=list(range(100, 108)),
+                                     params=greedy(num_tokens), arrival_time=time.monotonic()))
+    while engine.has_unfinished():
+        engine.step()
+
+
+def drive(engine: EngineCore, requests: Sequence[WorkloadRequest],
+          on_tokens: Callable[[int], None] | None = None) -> DriveResult:
+    """Submit ``requests`` wave by wave and step the engine until all finish.
+
+    TTFT is the time from a request's submission to the step that returned its first token; a wave's
+    requests are all submitted at once, so TTFT includes queueing behind the rest of the wave.
+    ``on_tokens(n)`` is called with the number of new tokens after every step (progress bars).
+    """
+    before = msgspec.structs.replace(engine.stats())
+    timings: dict[str, RequestTiming] = {}
+    start = time.perf_counter()
+    for wave in sorted({r.wave for r in requests}):
+        for index, req in enumerate(requests):
+            if req.wave != wave:
+                continue
+            rid = f"bench-{index}"
+            timings[rid] = RequestTiming(len(req.prompt_token_ids), time.perf_counter())
+            engine.add_request(EngineRequest(
+                request_id=rid, prompt_token_ids=list(req.prompt_token_ids), params=req.params,
+                arrival_time=time.monotonic(), priority=req.priority, cache_salt=req.cache_salt,
+            ))
+        while engine.has_unfinished():
+            outputs = engine.step()
+            now = time.perf_counter()
+            new = 0
+            for out in outputs:
+                timing = timings[out.request_id]
+                if out.new_token_ids and timing.first_token is None:
+                    timing.first_token = now
+                timing.output_token_ids.extend(out.new_token_ids)
+                new += len(out.new_token_ids)
+                if out.finished:
+                    timing.finished = now
+                    timing.num_cached_tokens = out.num_cached_tokens
+            if on_tokens is not None:
+                on_tokens(new)
+    elapsed = time.perf_counter() - start
+    ordered = [timings[f"bench-{i}"] for i in range(len(requests))]
+    return DriveResult(ordered, elapsed, _delta(before, engine.stats()))

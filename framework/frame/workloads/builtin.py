@@ -1,0 +1,16 @@
+"""The built-in workloads, offered through ``frame_workloads`` like any plugin's (as ``workload:builtin``)."""
+
+from __future__ import annotations
+
+from frame.hookspecs import hookimpl
+from frame.version import API_VERSION
+from frame.workloads.base import Workload
+from frame.workloads.batch import BATCH_WORKLOADS
+from frame.workloads.sharing import SHARING_WORKLOADS
+
+FRAME_API_VERSION = API_VERSION
+
+
+@hookimpl
+def frame_workloads() -> list[Workload]:
+    return [*SHARING_WORKLOADS, *BATCH_WORKLOADS]
