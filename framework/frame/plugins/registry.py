@@ -145,7 +145,8 @@ class PluginRegistry:
         info = infos[name]
         errors: list[BaseException] = []
         manager = stevedore.NamedExtensionManager(
-            spec.group, names=[name], on_load_failure_callback=lambda _m, _ep, err: errors.append(err)
+            spec.group, names=[name], on_load_failure_callback=lambda _m, _ep, err: errors.append(err),
+            on_missing_entrypoints_callback=lambda _names: None,  # reported below, as one sentence
         )
         if errors or name not in manager.names():
             cause = f"{type(errors[0]).__name__}: {errors[0]}" if errors else "its entry point did not load"
