@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-ENGINE_ARGS = ["--max-model-len", "1024", "--num-kv-blocks", "512", "--platform-opt", "threads=1"]
+# float32: greedy equality across batch shapes and processes is what these tests check.
+ENGINE_ARGS = ["--max-model-len", "1024", "--num-kv-blocks", "512", "--platform-opt", "threads=1", "--dtype", "float32"]
 START_TIMEOUT_S = 300.0
 
 
@@ -110,7 +111,7 @@ def inproc_server() -> Server:
     from frame.server import ServerLimits, ServerSettings, build_app
     from frame.server.runner import server_for
 
-    config = build_config(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1})
+    config = build_config(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1}, dtype="float32")
     app = build_app(config, ServerSettings(engine_mode="inproc", limits=ServerLimits(max_n=8)))
     port = free_port()
     uv = server_for(app, "127.0.0.1", port, drain_timeout_s=5, log_level="warning")

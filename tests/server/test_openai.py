@@ -23,7 +23,7 @@ def model(client) -> str:
 def offline():
     from frame import LLM
 
-    return LLM(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1})
+    return LLM(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1}, dtype="float32")
 
 
 def test_models_lists_the_served_model(client, model):
