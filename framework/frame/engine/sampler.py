@@ -30,7 +30,7 @@ class Sampler:
         want_logprobs = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
 
-        logits = self._apply_penalties(logits.clone(), seqs)
+        logits = self._apply_penalties(logits, seqs)
         self._ban_early_stops(logits, seqs)
         tokens = self._draw(logits, seqs)
 
@@ -55,6 +55,9 @@ class Sampler:
             i for i, s in enumerate(seqs)
             if s.params.repetition_penalty != 1.0 or s.params.presence_penalty or s.params.frequency_penalty
         ]
+        if not rows:
+            return logits
+        logits = logits.clone()  # the raw logits may still be needed for logprobs
         for i in rows:
             params = seqs[i].params
             row = logits[i]

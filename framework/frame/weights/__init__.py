@@ -1,7 +1,8 @@
 """Checkpoint readers: a Hugging Face folder of ``*.safetensors`` or one ``.gguf`` file, as a WeightSource.
 
 :func:`open_weights` picks the reader from the path; model families consume the result in ``load_weights``.
-Pickled checkpoints (``*.bin``, ``*.pt``) are refused: loading them can run arbitrary code.
+Pickled checkpoints (``*.bin``, ``*.pt``) are refused: loading them can run arbitrary code. A GGUF's dequantised
+tensors are cached as safetensors after the first load (:mod:`frame.weights.cache`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from frame.interfaces.model import WeightSource
+from frame.weights.cache import open_gguf
 from frame.weights.gguf import GGUFWeights
 from frame.weights.safetensors import SafetensorsWeights
 
@@ -17,7 +19,7 @@ def open_weights(path: str | Path) -> WeightSource:
     """The weights at ``path``: a ``.gguf`` file or a folder of ``*.safetensors``; ValueError otherwise."""
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
-        return GGUFWeights(path)
+        return open_gguf(path)
     if path.is_dir():
         return SafetensorsWeights(path)
     raise ValueError(f"{path} is neither a .gguf file nor a folder of *.safetensors files")

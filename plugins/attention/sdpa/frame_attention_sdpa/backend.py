@@ -44,28 +44,31 @@ class SdpaAttention(AttentionBackend):
         v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
         out = torch.empty_like(query)
         if plan.decode is not None:
-            out.index_copy_(0, plan.decode.rows, self._decode(query, k_flat, v_flat, plan.decode))
+            out.index_copy_(0, plan.decode.rows, self._decode(query, k_cache, v_cache, plan.decode))
         for seq in plan.prefills:
             out[seq.start : seq.start + seq.query_len] = self._prefill(query, k_flat, v_flat, seq)
         return out
 
-    def _decode(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, group: DecodeGroup):
-        batch, length = group.slots.shape
+    def _decode(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup):
+        batch, length = group.rows.numel(), group.num_blocks * k_cache.shape[1]
         groups = self.num_heads // self.num_kv_heads
         # Query heads h = kv * groups + g all read KV head kv: fold them into the query length of that head.
-        q = query.index_select(0, group.rows).to(k_flat.dtype).view(batch, self.num_kv_heads, groups, self.head_dim)
-        k = k_flat.index_select(0, group.slots.view(-1)).view(batch, length, self.num_kv_heads, self.head_dim)
-        v = v_flat.index_select(0, group.slots.view(-1)).view(batch, length, self.num_kv_heads, self.head_dim)
+        q = query.index_select(0, group.rows).to(k_cache.dtype).view(batch, self.num_kv_heads, groups, self.head_dim)
+        # Whole blocks at a time: one contiguous copy of block_size * kv_heads * head_dim values per block.
+        k = k_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
+        v = v_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
         o = F.scaled_dot_product_attention(
-            q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=group.mask, scale=self.scale
+            q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=group.bias(q.dtype), scale=self.scale
         )
         return o.reshape(batch, self.num_heads, self.head_dim).to(query.dtype)
 
     def _prefill(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, seq: PrefillSeq):
         q = query[seq.start : seq.start + seq.query_len].to(k_flat.dtype).transpose(0, 1)
-        k = k_flat.index_select(0, seq.slots).transpose(0, 1)
-        v = v_flat.index_select(0, seq.slots).transpose(0, 1)
+        groups = self.num_heads // self.num_kv_heads
+        # K/V repeated per query head rather than enable_gqa, which sends torch's CPU SDPA to its slow math path.
+        k = k_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
+        v = v_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
         o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=seq.mask, is_causal=seq.mask is None, scale=self.scale, enable_gqa=True
+            q[None], k[None], v[None], attn_mask=seq.mask, is_causal=seq.mask is None, scale=self.scale
         )
-        return o.transpose(0, 1).to(query.dtype)
+        return o[0].transpose(0, 1).to(query.dtype)

@@ -5,7 +5,7 @@ Built once per step (in ``prepare``) from the host copies of the metadata, then 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from frame.interfaces.attention import AttentionMetadata
@@ -15,13 +15,25 @@ from frame.interfaces.attention import AttentionMetadata
 class DecodeGroup:
     """Every single-token sequence of the step, attended in one batched SDPA call.
 
-    ``rows`` are the query rows ``[B]``; ``slots`` ``[B, L]`` the cache slots of each sequence's context padded
-    to the longest (padding reads slot 0); ``mask`` ``[B, 1, 1, L]`` is True where a slot is real.
+    ``rows`` are the query rows ``[B]``; ``blocks`` ``[B * N]`` the first ``N`` entries of each sequence's block
+    table (padded with block 0), so one ``index_select`` over the pool's block dimension gathers every context
+    as ``[B, N * block_size]`` slots, whole blocks at a time; ``mask`` ``[B, 1, 1, N * block_size]`` is True
+    where a slot is real. :meth:`bias` is the same mask as an additive bias (SDPA's fast path on CPU).
     """
 
     rows: torch.Tensor
-    slots: torch.Tensor
+    blocks: torch.Tensor
+    num_blocks: int
     mask: torch.Tensor
+    _biases: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
+
+    def bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """``0`` where the mask is True, ``-inf`` elsewhere, in ``dtype``; built once per step and dtype."""
+        bias = self._biases.get(dtype)
+        if bias is None:
+            bias = self._biases[dtype] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            bias.masked_fill_(~self.mask, float("-inf"))
+        return bias
 
 
 @dataclass
@@ -62,15 +74,13 @@ def build_plan(meta: AttentionMetadata) -> SdpaPlan:
     decode = None
     if decode_ids:
         longest = max(meta.seq_lens_host[i] for i in decode_ids)
+        num_blocks = (longest + meta.block_size - 1) // meta.block_size
         index = torch.tensor(decode_ids, device=device)
         lens = meta.seq_lens.to(device).index_select(0, index).long()
-        positions = torch.arange(longest, device=device)
-        mask = positions[None, :] < lens[:, None]
-        blocks = meta.block_tables.index_select(0, index)[:, : (longest + meta.block_size - 1) // meta.block_size]
-        slots = blocks.long().gather(1, (positions // meta.block_size).expand(len(decode_ids), -1))
-        slots = torch.where(mask, slots * meta.block_size + positions % meta.block_size, 0)
+        mask = torch.arange(num_blocks * meta.block_size, device=device)[None, :] < lens[:, None]
+        blocks = meta.block_tables.index_select(0, index)[:, :num_blocks].long().reshape(-1)
         rows = torch.tensor([starts[i] for i in decode_ids], device=device)
-        decode = DecodeGroup(rows, slots, mask[:, None, None, :])
+        decode = DecodeGroup(rows, blocks, num_blocks, mask[:, None, None, :])
     prefills = []
     for i, (q, s) in enumerate(zip(meta.query_lens, meta.seq_lens_host, strict=True)):
         if q <= 1:

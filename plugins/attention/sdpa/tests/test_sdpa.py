@@ -17,10 +17,11 @@ def test_plan_splits_decodes_from_prefills() -> None:
     plan = build_plan(meta)
     assert plan.decode is not None
     assert plan.decode.rows.tolist() == [0, 7]
-    # Sequence 0: 6 positions over blocks 3, 1; sequence 3: 10 positions over blocks 4, 5, 6; padded to 10.
-    assert plan.decode.slots[0, :6].tolist() == [12, 13, 14, 15, 4, 5]
-    assert plan.decode.slots[1].tolist() == [16, 17, 18, 19, 20, 21, 22, 23, 24, 25]
+    # Sequence 0: 6 positions over blocks 3, 1 (padded with block 0); sequence 3: 10 positions over 4, 5, 6.
+    assert plan.decode.num_blocks == 3
+    assert plan.decode.blocks.tolist() == [3, 1, 0, 4, 5, 6]
     assert plan.decode.mask[:, 0, 0].sum(dim=1).tolist() == [6, 10]
+    assert plan.decode.bias(torch.float32)[0, 0, 0, 5:7].tolist() == [0.0, float("-inf")]
     assert [(p.start, p.query_len, p.mask is None) for p in plan.prefills] == [(1, 4, True), (5, 2, False)]
     # The chunk's second new token (position 4) sees positions 0..4 only.
     assert plan.prefills[1].mask[1].tolist() == [True] * 5

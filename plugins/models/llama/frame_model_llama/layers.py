@@ -40,8 +40,8 @@ class RMSNorm(nn.Module):
         """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``."""
         if residual is not None:
             x = x + residual
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        # torch's fused rms_norm, in float32 as transformers computes it; then weight * h in the model's dtype.
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype), x
 
 

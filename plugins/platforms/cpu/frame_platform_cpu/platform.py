@@ -24,7 +24,7 @@ class CpuOptions(BaseModel):
 
 
 class CpuPlatform(Platform):
-    """Runs everything on the CPU with torch; float32 always, bfloat16 where the CPU has native support."""
+    """Runs everything on the CPU with torch; float32 always, bfloat16 (the default) where the CPU has it natively."""
 
     name = "cpu"
 
@@ -50,8 +50,9 @@ class CpuPlatform(Platform):
 
     @property
     def default_dtype(self) -> torch.dtype:
-        # bfloat16 only pays off with AMX; with AVX-512 BF16 alone float32 is about as fast and exact.
-        return torch.bfloat16 if probe.has_amx() else torch.float32
+        # Measured on a 2-core AVX-512 BF16 machine (no AMX), torch 2.13, SmolLM2-135M's linear shapes: bfloat16
+        # matmuls run 2-3x faster than float32 from 64 rows up, and bfloat16 halves the KV bytes attention reads.
+        return torch.bfloat16 if probe.has_fast_bf16() else torch.float32
 
     def describe(self) -> str:
         features = [torch.backends.cpu.get_cpu_capability()]

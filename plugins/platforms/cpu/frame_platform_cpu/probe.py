@@ -30,6 +30,11 @@ def has_bf16() -> bool:
     return bool(cpu_flags() & _BF16_FLAGS)
 
 
+def has_fast_bf16() -> bool:
+    """True on x86 CPUs with AVX-512 BF16 or AMX, where oneDNN's bfloat16 matmuls beat float32 ones."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
 def has_amx() -> bool:
     """True when the CPU has AMX tiles for bfloat16, where bfloat16 matmuls clearly beat float32."""
     return "amx_bf16" in cpu_flags()

@@ -59,6 +59,11 @@ def test_dtypes_follow_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.bfloat16 in CpuPlatform().supported_dtypes
     assert CpuPlatform().default_dtype == torch.bfloat16
     assert "AMX BF16" in CpuPlatform().describe()
+    monkeypatch.setattr(probe, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    assert CpuPlatform().default_dtype == torch.bfloat16
+    monkeypatch.setattr(probe, "cpu_flags", lambda: frozenset({"asimd", "bf16"}))  # Arm: supported, not default
+    assert torch.bfloat16 in CpuPlatform().supported_dtypes
+    assert CpuPlatform().default_dtype == torch.float32
 
 
 def test_prefers_sdpa_and_needs_some_backend() -> None:

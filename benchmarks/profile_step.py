@@ -1,0 +1,92 @@
+"""Profile frame's engine on issue #6's workloads: wall time per phase and a torch.profiler operator table.
+
+    .venv/bin/python benchmarks/profile_step.py --workload mixed_batch --dtype bfloat16 [--profile]
+
+Builds an EngineCore the way ``frame bench`` does, warms it up, then drives the workload once (timed) and,
+with ``--profile``, again under torch.profiler, printing the operators that took the most self CPU time. The
+per-step split (schedule, prepare, forward, logits+sample, update) comes from timing the runner's pieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+from frame.bench.driver import drive, warm_up
+from frame.config import build_config
+from frame.engine.core import EngineCore
+from frame.workloads.batch import BATCH_WORKLOADS
+from frame.workloads.sharing import SHARING_WORKLOADS
+
+WORKLOADS = {w.name: w for w in [*BATCH_WORKLOADS, *SHARING_WORKLOADS]}
+ISSUE_PARAMS: dict[str, dict[str, Any]] = {
+    "mixed_batch": {},
+    "single_stream": {},
+    "shared_prefix": {"num_requests": 64, "max_tokens": 64},
+}
+
+
+def _timed(phases: dict[str, float], name: str, fn: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[name] += time.perf_counter() - t
+    return wrapper
+
+
+def instrument(engine: EngineCore) -> dict[str, float]:
+    """Wrap the step's pieces with timers; returns the accumulating ``phase -> seconds`` dict."""
+    phases: dict[str, float] = defaultdict(float)
+    runner = engine.runner
+    engine.scheduler.schedule = _timed(phases, "schedule", engine.scheduler.schedule)  # type: ignore[method-assign]
+    engine.scheduler.update = _timed(phases, "update", engine.scheduler.update)  # type: ignore[method-assign]
+    runner.prepare = _timed(phases, "prepare", runner.prepare)  # type: ignore[method-assign]
+    runner.attention.prepare = _timed(phases, "attn.prepare", runner.attention.prepare)  # type: ignore[method-assign]
+    runner.model.forward = _timed(phases, "forward", runner.model.forward)  # type: ignore[method-assign]
+    runner.model.compute_logits = _timed(phases, "logits", runner.model.compute_logits)  # type: ignore[method-assign]
+    runner.sampler.__class__.__call__ = _timed(phases, "sample", runner.sampler.__class__.__call__)  # type: ignore
+    engine.step = _timed(phases, "step", engine.step)  # type: ignore[method-assign]
+    return phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="mixed_batch", choices=sorted(WORKLOADS))
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--cache", default="hashchain")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
+    parser.add_argument("--rows", type=int, default=25)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    engine = EngineCore(build_config(None, dtype=args.dtype, cache=args.cache))
+    print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "
+          f"interop {torch.get_num_interop_threads()}, dtype {engine.runner.dtype}")
+    requests = WORKLOADS[args.workload].generate(engine.source.tokenizer, **ISSUE_PARAMS.get(args.workload, {}))
+    warm_up(engine)
+    for _ in range(args.repeat):
+        engine.cache.reset()
+        phases = instrument(engine) if _ == args.repeat - 1 else None
+        result = drive(engine, requests)
+        s = result.summary()
+        print(f"{args.workload}: { {k: round(v, 3) for k, v in s.items()} }")
+    assert phases is not None
+    total = phases.pop("step")
+    print(f"step total {total:.2f}s; " + ", ".join(f"{k} {v:.2f}s ({v / total:.0%})" for k, v in phases.items()))
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    if args.profile:
+        engine.cache.reset()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            drive(engine, requests)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+if __name__ == "__main__":
+    main()
