@@ -60,6 +60,42 @@ class VllmProcess:
         self.proc.wait(timeout=60)
 
 
+def export_hf_folder(engine: EngineCore, dtype: str) -> Path:
+    """The checkpoint as a Hugging Face folder (safetensors + config + tokenizer) that vLLM's CPU build can load.
+
+    vLLM's GGUF path does not serve Q4_1 on the CPU, so both systems run the same dequantised weights: transformers
+    reads the GGUF (its own dequantiser) and saves them once under ``$FRAME_CACHE_DIR/hf-export/``.
+    """
+    import hashlib
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    source = engine.source
+    if not source.is_gguf:
+        return source.path
+    key = hashlib.sha256(f"{source.path}:{source.path.stat().st_mtime_ns}:{dtype}".encode()).hexdigest()[:24]
+    folder = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame")) / "hf-export" / key
+    if not (folder / "config.json").is_file():
+        from safetensors.torch import save_file
+
+        model = AutoModelForCausalLM.from_pretrained(source.path.parent, gguf_file=source.path.name,
+                                                     dtype=getattr(torch, dtype))
+        # transformers refuses to save a GGUF-loaded model, so write its (dequantised) tensors directly.
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(folder)
+        source.tokenizer.save_pretrained(folder)
+    return folder
+
+
 def vllm_missing(python: str | None) -> str | None:
     """Why vLLM cannot run (None when it can)."""
     if python is None:
@@ -96,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     vllm = None
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-") as tmp:
         if why_not is None:
-            tokenizer.save_pretrained(Path(tmp) / "tokenizer")
-            spec = {"model": str(engine.source.path), "tokenizer": str(Path(tmp) / "tokenizer"), "dtype": args.dtype,
+            folder = export_hf_folder(engine, args.dtype)
+            spec = {"model": str(folder), "tokenizer": str(folder), "dtype": args.dtype,
                     "max_model_len": args.max_model_len, "prompts": [list(r.prompt_token_ids) for r in requests],
                     "max_tokens": [r.params.max_tokens for r in requests]}
             (Path(tmp) / "prompts.json").write_text(json.dumps(spec))

@@ -20,7 +20,9 @@ def main(path: str) -> int:
 
     spec = json.loads(Path(path).read_text())
     llm = LLM(model=spec["model"], tokenizer=spec.get("tokenizer"), dtype=spec["dtype"],
-              max_model_len=spec["max_model_len"], seed=0, enable_prefix_caching=spec.get("prefix_caching", True))
+              max_model_len=spec["max_model_len"], seed=0, enable_prefix_caching=spec.get("prefix_caching", True),
+              # On the CPU backend this is the share of RAM vLLM reserves; its 0.92 default fails beside frame.
+              gpu_memory_utilization=spec.get("memory_utilization", 0.5))
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in spec["prompts"]]
     params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in spec["max_tokens"]]
     llm.generate([TokensPrompt(prompt_token_ids=list(range(100, 108)))],
