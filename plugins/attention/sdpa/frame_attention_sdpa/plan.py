@@ -6,19 +6,24 @@ Built once per step (in ``prepare``) from the host copies of the metadata, then 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import torch
 from frame.interfaces.attention import AttentionMetadata
 
+#: Decode sequences are sorted by length and cut into buckets of at least this many, each padded only to its
+#: own longest context: less padding to gather and multiply, at the price of one more call per bucket.
+MIN_BUCKET = 16
+
 
 @dataclass
 class DecodeGroup:
-    """Every single-token sequence of the step, attended in one batched SDPA call.
+    """Single-token sequences of similar length, attended together in one batched call.
 
     ``rows`` are the query rows ``[B]``; ``blocks`` ``[B * N]`` the first ``N`` entries of each sequence's block
     table (padded with block 0), so one ``index_select`` over the pool's block dimension gathers every context
-    as ``[B, N * block_size]`` slots, whole blocks at a time; ``mask`` ``[B, 1, 1, N * block_size]`` is True
-    where a slot is real. :meth:`bias` is the same mask as an additive bias (SDPA's fast path on CPU).
+    as ``[B, N * block_size]`` slots, whole blocks at a time; ``mask`` ``[B, 1, N * block_size]`` is True
+    where a slot is real. :meth:`bias` is the same mask as an additive bias.
     """
 
     rows: torch.Tensor
@@ -52,9 +57,9 @@ class PrefillSeq:
 
 @dataclass
 class SdpaPlan:
-    """The decode group (None when no sequence decodes) and the prefill sequences of one step."""
+    """The decode groups (empty when no sequence decodes) and the prefill sequences of one step."""
 
-    decode: DecodeGroup | None
+    decodes: list[DecodeGroup]
     prefills: list[PrefillSeq]
 
 
@@ -64,23 +69,35 @@ def _slots(block_table: torch.Tensor, length: int, block_size: int) -> torch.Ten
     return block_table[positions // block_size].long() * block_size + positions % block_size
 
 
+def _decode_group(meta: AttentionMetadata, ids: list[int], starts: list[int]) -> DecodeGroup:
+    """One group over the decode sequences ``ids``, padded to the longest of them."""
+    device = meta.block_tables.device
+    longest = max(meta.seq_lens_host[i] for i in ids)
+    num_blocks = (longest + meta.block_size - 1) // meta.block_size
+    index = torch.tensor(ids, device=device)
+    lens = torch.tensor([meta.seq_lens_host[i] for i in ids], device=device)
+    mask = torch.arange(num_blocks * meta.block_size, device=device)[None, :] < lens[:, None]
+    blocks = meta.block_tables.index_select(0, index)[:, :num_blocks].long().reshape(-1)
+    rows = torch.tensor([starts[i] for i in ids], device=device)
+    return DecodeGroup(rows, blocks, num_blocks, mask[:, None, :])
+
+
+def _buckets(meta: AttentionMetadata, decode_ids: list[int]) -> list[list[int]]:
+    """Decode sequences sorted by length (longest first), in contiguous runs of ``MIN_BUCKET`` or more."""
+    ordered = sorted(decode_ids, key=lambda i: -meta.seq_lens_host[i])
+    count = max(1, len(ordered) // MIN_BUCKET)
+    bounds = [round(j * len(ordered) / count) for j in range(count + 1)]
+    return [ordered[a:b] for a, b in pairwise(bounds)]
+
+
 def build_plan(meta: AttentionMetadata) -> SdpaPlan:
-    """Split the step into one decode group and per-sequence prefills, with their slots and masks."""
+    """Split the step into length-bucketed decode groups and per-sequence prefills, with slots and masks."""
     device = meta.block_tables.device
     starts = [0]
     for q in meta.query_lens:
         starts.append(starts[-1] + q)
     decode_ids = [i for i, q in enumerate(meta.query_lens) if q == 1]
-    decode = None
-    if decode_ids:
-        longest = max(meta.seq_lens_host[i] for i in decode_ids)
-        num_blocks = (longest + meta.block_size - 1) // meta.block_size
-        index = torch.tensor(decode_ids, device=device)
-        lens = meta.seq_lens.to(device).index_select(0, index).long()
-        mask = torch.arange(num_blocks * meta.block_size, device=device)[None, :] < lens[:, None]
-        blocks = meta.block_tables.index_select(0, index)[:, :num_blocks].long().reshape(-1)
-        rows = torch.tensor([starts[i] for i in decode_ids], device=device)
-        decode = DecodeGroup(rows, blocks, num_blocks, mask[:, None, None, :])
+    decodes = [_decode_group(meta, ids, starts) for ids in _buckets(meta, decode_ids)] if decode_ids else []
     prefills = []
     for i, (q, s) in enumerate(zip(meta.query_lens, meta.seq_lens_host, strict=True)):
         if q <= 1:
@@ -91,4 +108,4 @@ def build_plan(meta: AttentionMetadata) -> SdpaPlan:
             query_pos = torch.arange(context, s, device=device)
             mask = torch.arange(s, device=device)[None, :] <= query_pos[:, None]
         prefills.append(PrefillSeq(starts[i], q, _slots(meta.block_tables[i], s, meta.block_size), mask))
-    return SdpaPlan(decode, prefills)
+    return SdpaPlan(decodes, prefills)
