@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < (0 if flag == "max_logprobs" else 1):
             raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {value}.", param=flag)
     config = config_from_args(args)
+    from frame.engine.selection import preflight
+
+    preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
     settings = ServerSettings(
         served_model_names=args.served_model_name or [], api_key=args.api_key or os.environ.get("FRAME_API_KEY"),
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout,

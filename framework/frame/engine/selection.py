@@ -123,3 +123,17 @@ def select_model_family(hooks: PluginHooks, architecture: str) -> str:
         f"(install a frame-model-* wheel that supports it).",
         param="model",
     )
+
+
+def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selection:
+    """Everything that can be checked without loading the model: plugin choices, their options, the model path.
+
+    ``frame serve`` runs it in the server process before it starts the engine process, so a mistake is one line,
+    not a failed child process.
+    """
+    from frame.model_source import ModelSource
+    from frame.plugins.registry import PluginRegistry
+
+    selection = select(config, hooks or PluginHooks(PluginRegistry()))
+    ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+    return selection
