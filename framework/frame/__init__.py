@@ -5,13 +5,6 @@ usage errors. Plugin authors also use ``frame.interfaces``, ``frame.hookspecs``,
 ``frame.sequence``, ``frame.weights`` and ``frame.testing``.
 """
 
-import os as _os
-
-# torch's OpenMP workers spin while they wait. With more runnable threads than cores (a busy or shared host),
-# every parallel op then waits out scheduler time slices: measured 10x slower on 2 loaded cores. Passive waiting
-# avoids that collapse; OMP_WAIT_POLICY=ACTIVE restores spinning. Only effective before torch is imported.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 from frame.errors import FrameUsageError
 from frame.hookspecs import hookimpl
 from frame.outputs import CompletionOutput, Logprob, RequestOutput
