@@ -17,6 +17,7 @@ from frame.engine.runner import ModelRunner
 from frame.engine.selection import Selection, select, select_model_family
 from frame.errors import ConfigError, PromptTooLongError
 from frame.interfaces.scheduler import SchedulerLimits, StepResult
+from frame.layers import attach_platform_kernels
 from frame.model_source import ModelSource
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
@@ -67,6 +68,7 @@ class EngineCore:
         model = self.hooks.create_model(family, hf, sel.dtype, sel.platform.device, attention)
         model.load_weights(open_weights(self.source.path))
         model.eval()
+        attach_platform_kernels(model, sel.platform)
         return ModelRunner(model, attention, sel.platform.device, sel.dtype, self.config.block_size,
                            self.config.seed)
 

@@ -1,48 +1,16 @@
-"""The pieces of a Llama decoder layer: RMSNorm, attention with a fused QKV projection, SwiGLU MLP."""
+"""The pieces of a Llama decoder layer: attention with a fused QKV projection and a SwiGLU MLP (norms and
+linears are the core's layers, so platform kernels can serve them)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.layers import Linear, RMSNorm
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
 from frame_model_llama.rope import RotaryEmbedding
-
-
-def _param(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
-    # Left uninitialised: load_weights overwrites every parameter.
-    return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)
-
-
-class Linear(nn.Module):
-    """``y = x W^T + b`` with parameters created uninitialised, ready to be loaded."""
-
-    def __init__(self, n_in: int, n_out: int, bias: bool, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.weight = _param(n_out, n_in, device=device, dtype=dtype)
-        self.bias = _param(n_out, device=device, dtype=dtype) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-
-class RMSNorm(nn.Module):
-    """RMS normalisation in float32, optionally adding the residual stream first (saving one pass)."""
-
-    def __init__(self, size: int, eps: float, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.weight = _param(size, device=device, dtype=dtype)
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``."""
-        if residual is not None:
-            x = x + residual
-        # torch's fused rms_norm, in float32 as transformers computes it; then weight * h in the model's dtype.
-        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * h.to(x.dtype), x
 
 
 class Attention(nn.Module):

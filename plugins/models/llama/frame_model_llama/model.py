@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
+from frame.layers import Linear, RMSNorm, empty_parameter
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
-from frame_model_llama.layers import DecoderLayer, RMSNorm, _param
+from frame_model_llama.layers import DecoderLayer
 from frame_model_llama.loading import expected_targets, gguf_heads_to_unpermute, target_of, unpermute_rows
 from frame_model_llama.rope import RotaryEmbedding
 
@@ -33,10 +33,14 @@ class LlamaModel(CausalLM):
         self.layers = nn.ModuleList(DecoderLayer(args, attention, device, dtype) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, device, dtype)
         # Tied checkpoints reuse the embedding as the output projection and have no lm_head parameter.
-        self.lm_head = None if args.tie_word_embeddings else _param(
+        self.lm_head = None if args.tie_word_embeddings else empty_parameter(
             args.vocab_size, args.hidden_size, device=device, dtype=dtype
         )
         self.rotary = RotaryEmbedding(args.rope, args.head_dim, args.max_position_embeddings, device)
+        # The output projection as a Linear over the same parameter, so a platform's kernel serves it too;
+        # registered last, so the parameter keeps its checkpoint name (embed_tokens.weight or lm_head).
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head
+        self.logits = Linear(args.hidden_size, args.vocab_size, False, device, dtype, weight=weight)
 
     @property
     def kv_cache_spec(self) -> KVCacheSpec:
@@ -60,8 +64,7 @@ class LlamaModel(CausalLM):
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits ``[n, vocab]``."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head
-        return F.linear(hidden, weight).float()
+        return self.logits(hidden).float()
 
     @torch.inference_mode()
     def load_weights(self, source: WeightSource) -> None:
