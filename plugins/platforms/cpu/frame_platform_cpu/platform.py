@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import probe
+from frame_platform_cpu import kernels, probe
 
 _GIB = 1 << 30
 
@@ -21,6 +21,7 @@ class CpuOptions(BaseModel):
 
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
     kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
+    native_kernels: bool = Field(True, description="use the platform's C++ kernels (small-batch bfloat16 linears, fused norms)")
 
 
 class CpuPlatform(Platform):
@@ -74,12 +75,31 @@ class CpuPlatform(Platform):
         return min(share, int(self.options.kv_cache_gib * _GIB))
 
     def preferred_attention(self, installed: Sequence[str]) -> str:
-        """``sdpa`` (plain torch); without it, the first installed backend, which selection then checks."""
-        if "sdpa" in installed:
-            return "sdpa"
+        """``cpu_paged`` (the native kernel), else ``sdpa`` (plain torch), else the first installed backend."""
+        for name in ("cpu_paged", "sdpa"):
+            if name in installed:
+                return name
         if not installed:
             raise ConfigError("No attention backend is installed; install frame-attention-sdpa.", param="attn")
         return sorted(installed)[0]
+
+    def linear_kernel(
+        self, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The native small-batch kernel for bfloat16 weights on CPUs with AVX-512 BF16; otherwise torch's."""
+        if not self.options.native_kernels or weight.dtype != torch.bfloat16 or not probe.has_bf16():
+            return None
+        if kernels.unavailable_reason() is not None:
+            return None
+        return kernels.small_batch_linear(weight, bias)
+
+    def rms_norm_kernel(
+        self, weight: torch.Tensor, eps: float
+    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None] | None:
+        """The native fused residual-add norm for bfloat16 models; float32 keeps torch's (bit-exact) path."""
+        if not self.options.native_kernels or weight.dtype != torch.bfloat16 or kernels.unavailable_reason():
+            return None
+        return kernels.fused_add_rms_norm(weight, eps)
 
     def set_up(self) -> None:
         """Set torch's intra-op thread count."""
