@@ -1,7 +1,8 @@
 """One decode step of a SmolLM2-135M-shaped Llama (random weights) at batch 64: time and op table.
 
     .venv/bin/python benchmarks/profile_decode.py [--batch 64] [--dtype bfloat16] [--steps 5] [--profile]
-    .venv/bin/python benchmarks/profile_decode.py --compare-with old_pkg.backend:SdpaAttention  # same process
+    .venv/bin/python benchmarks/profile_decode.py --compare-with frame_attention_sdpa.backend:SdpaAttention
+    .venv/bin/python benchmarks/profile_decode.py --no-native   # torch linears and norms instead of the platform kernels
 
 ``--compare-with`` names another attention backend class (importable, e.g. an older copy of the sdpa plugin
 renamed and put on ``PYTHONPATH``); both then run the same model, alternating, and their time ratio is printed.
@@ -18,8 +19,10 @@ import random
 import time
 
 import torch
+from frame.layers import attach_platform_kernels
 from frame.testing.attention import build_metadata
-from frame_attention_sdpa.backend import SdpaAttention
+from frame_attention_cpu_paged.backend import CpuPagedAttention
+from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 from frame_model_llama.args import LlamaArgs
 from frame_model_llama.model import LlamaModel
 
@@ -30,17 +33,19 @@ SMOLLM2_135M = dict(
 )
 
 
-def build(batch: int, min_ctx: int, max_ctx: int, dtype: torch.dtype, block_size: int = 16, seed: int = 0):
-    """Model, inputs, caches and metadata of one pure-decode step."""
+def build(batch: int, min_ctx: int, max_ctx: int, dtype: torch.dtype, block_size: int = 16, seed: int = 0,
+          native: bool = True):
+    """Model, inputs, caches and metadata of one pure-decode step (cpu_paged attention, the platform's kernels)."""
     rng = random.Random(seed)
     args = LlamaArgs(**SMOLLM2_135M)
-    backend = SdpaAttention(args.num_heads, args.num_kv_heads, args.head_dim, args.head_dim ** -0.5, dtype)
+    backend = CpuPagedAttention(args.num_heads, args.num_kv_heads, args.head_dim, args.head_dim ** -0.5, dtype)
     model = LlamaModel(args, backend, torch.device("cpu"), dtype)
     for p in model.parameters():
         p.data.normal_(0, 0.02)
     for name, p in model.named_parameters():
         if "norm" in name:
             p.data.fill_(1.0)
+    attach_platform_kernels(model, CpuPlatform(CpuOptions(native_kernels=native)))
     contexts = [rng.randint(min_ctx, max_ctx) for _ in range(batch)]
     needed = [(c + 1 + block_size - 1) // block_size for c in contexts]
     blocks = list(range(1, sum(needed) + 1))
@@ -95,8 +100,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--compare-with", default=None, help="module:Class of another attention backend")
+    parser.add_argument("--no-native", action="store_true", help="torch's linears and norms, not the platform's")
     a = parser.parse_args()
-    parts = build(a.batch, a.min_ctx, a.max_ctx, getattr(torch, a.dtype))
+    parts = build(a.batch, a.min_ctx, a.max_ctx, getattr(torch, a.dtype), native=not a.no_native)
     if a.compare_with:
         compare(parts, a.compare_with, a.steps)
         return

@@ -60,15 +60,20 @@ def main() -> None:
     parser.add_argument("--workload", default="mixed_batch", choices=sorted(WORKLOADS))
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--cache", default="hashchain")
+    parser.add_argument("--attn", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    engine = EngineCore(build_config(None, dtype=args.dtype, cache=args.cache))
+    engine = EngineCore(build_config(
+        None, dtype=args.dtype, cache=args.cache, attn=args.attn,
+        platform_options={"threads": args.threads} if args.threads else None,
+    ))
     print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "
-          f"interop {torch.get_num_interop_threads()}, dtype {engine.runner.dtype}")
+          f"interop {torch.get_num_interop_threads()}, dtype {engine.runner.dtype}, attention {engine.selection.attn}")
     requests = WORKLOADS[args.workload].generate(engine.source.tokenizer, **ISSUE_PARAMS.get(args.workload, {}))
     warm_up(engine)
     for _ in range(args.repeat):

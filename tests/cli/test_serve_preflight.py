@@ -17,7 +17,7 @@ def test_serve_with_rocm_aiter_on_this_machine_is_one_sentence() -> None:
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"error: The attention backend 'rocm_aiter' runs on rocm only, but this machine is {platform.describe()}; "
-        "installed backends that would serve here: sdpa."
+        "installed backends that would serve here: cpu_paged, sdpa."
     ]
     assert out.stdout == ""
 

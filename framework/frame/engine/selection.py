@@ -62,7 +62,10 @@ def select_attention(hooks: PluginHooks, name: str, platform: Platform) -> str:
     """The attention backend: ``name`` if it can run on ``platform``, or the platform's choice for ``auto``."""
     registry = hooks.registry
     if name == "auto":
-        name = platform.preferred_attention(registry.names("attention"))
+        # The platform chooses among the backends that can serve here, so a preferred backend that cannot (a
+        # native kernel without a compiler) gives way to the next instead of failing the start.
+        serving = [n for n in registry.load_all("attention") if _can_serve(hooks, n, platform)]
+        name = platform.preferred_attention(serving or registry.names("attention"))
     registry.load("attention", name)
     supported = hooks.attention_platforms(name)
     reason = None

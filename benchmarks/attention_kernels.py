@@ -1,0 +1,82 @@
+"""Attention backends alone, one layer, SmolLM2-135M's heads (9 query, 3 KV, dim 64): time per call and rate.
+
+    .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa]
+
+Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300) and prefill steps (9
+prompts of 225 tokens, one of 2000). Reports the median of several calls, the multiply-add rate and the KV bytes
+read per second, so a kernel change shows whether it moved toward the compute or the memory limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.registry import PluginRegistry
+from frame.testing.attention import build_metadata
+
+HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
+SHAPES = {
+    "decode 64 x ctx~300": ([random.Random(0).randint(200, 400) for _ in range(64)], [1] * 64),
+    "decode 64 x ctx~1000": ([random.Random(1).randint(950, 1050) for _ in range(64)], [1] * 64),
+    "decode 1 x ctx 300": ([300], [1]),
+    "prefill 9 x 225": ([0] * 9, [225] * 9),
+    "prefill 1 x 2000": ([0], [2000]),
+}
+
+
+def case(context: list[int], new: list[int], dtype: torch.dtype):
+    needed = [-(-(c + n) // BLOCK) for c, n in zip(context, new, strict=True)]
+    order = list(range(1, sum(needed) + 1))
+    random.Random(2).shuffle(order)
+    tables, at = [], 0
+    for n in needed:
+        tables.append(order[at : at + n])
+        at += n
+    meta = build_metadata(context, new, tables, BLOCK)
+    tokens = sum(new)
+    q = torch.randn(tokens, HEADS, DIM).to(dtype)
+    k, v = (torch.randn(tokens, KV_HEADS, DIM).to(dtype) for _ in range(2))
+    caches = [torch.randn(sum(needed) + 1, BLOCK, KV_HEADS, DIM).to(dtype) for _ in range(2)]
+    # Multiply-adds of exact causal attention (QK and PV), and KV bytes each query group reads once.
+    macs = sum(n * c + n * (n + 1) // 2 for c, n in zip(context, new, strict=True)) * HEADS * DIM * 2
+    kv_bytes = sum(c + n for c, n in zip(context, new, strict=True)) * KV_HEADS * DIM * 2 * caches[0].element_size()
+    return (q, k, v, *caches, meta), macs, kv_bytes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--backends", default="cpu_paged,sdpa")
+    parser.add_argument("--calls", type=int, default=7)
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    hooks = PluginHooks(PluginRegistry())
+    platform = hooks.create_platform("cpu", None)
+    backends = {
+        name: hooks.create_attention(name, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=DIM, scale=DIM**-0.5,
+                                     dtype=dtype, platform=platform, options=None)
+        for name in args.backends.split(",")
+    }
+    print(f"{torch.get_num_threads()} threads, {args.dtype}")
+    for label, (context, new) in SHAPES.items():
+        inputs, macs, kv_bytes = case(context, new, dtype)
+        row = [f"{label:22s}"]
+        for name, backend in backends.items():
+            times = []
+            for _ in range(args.calls):
+                inputs[-1].extras.clear()
+                t = time.perf_counter()
+                backend.prepare(inputs[-1])
+                backend.forward(*inputs)
+                times.append(time.perf_counter() - t)
+            s = sorted(times)[len(times) // 2]
+            row.append(f"{name} {s * 1e3:8.2f} ms {2 * macs / s / 1e9:6.1f} GFLOP/s {kv_bytes / s / 1e9:5.1f} GB/s")
+        print(" | ".join(row))
+
+
+if __name__ == "__main__":
+    main()

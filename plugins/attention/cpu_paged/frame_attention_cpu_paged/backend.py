@@ -1,0 +1,51 @@
+"""CpuPagedAttention: paged attention through the native kernel, one call per layer for the whole batch."""
+
+from __future__ import annotations
+
+import torch
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+
+from frame_attention_cpu_paged import kernel
+
+
+class CpuPagedAttention(AttentionBackend):
+    """Writes K/V by slot and attends in one C++ call, reading each context in place through its block table.
+
+    No per-layer gathers or padded copies: the kernel walks the block table, folds the query heads of a KV head
+    together (each K/V row is read once for all of them) and keeps an online softmax in float32. Queries and
+    outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)
+        kernel.load()
+        self._attention = torch.ops.frame_cpu_paged.attention
+        self._forward = torch.ops.frame_cpu_paged.forward
+
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Copy each new token's K/V row to its slot in the flattened ``[slots, num_kv_heads, head_dim]`` pool."""
+        k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+        v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+
+    def attend(
+        self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Causal attention of every query row over its sequence's cached context (new tokens included)."""
+        q = query.contiguous()
+        out = torch.empty_like(q)
+        self._attention(out, q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale)
+        return out
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Store the new K/V and attend, in one native call."""
+        q = query.contiguous()
+        out = torch.empty_like(q)
+        self._forward(out, q, key.to(k_cache.dtype), value.to(v_cache.dtype), k_cache, v_cache, meta.slot_mapping,
+                      meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale)
+        return out

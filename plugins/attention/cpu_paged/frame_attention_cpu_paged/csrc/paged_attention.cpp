@@ -1,0 +1,447 @@
+// Paged causal attention for CPUs: one call per layer serves a whole mixed batch (prefills, prefill chunks,
+// decodes), reading K/V straight from the block pool through each sequence's block table.
+//
+// Work is split into items of (sequence, KV head, tile of query tokens); the query heads that share a KV head
+// are processed together so each K/V row is read once for all of them. Every item runs an online softmax over
+// its keys, 16 keys at a time, in float32. Items are handed to torch's intra-op threads dynamically, the
+// expensive prefill tiles first.
+//
+// Two inner paths: few query rows (decodes) take dot products along head_dim, one K row at a time; many rows
+// (prefill tiles) first transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain.
+// Both have AVX-512 versions (head_dim a multiple of 16) beside generic loops the compiler vectorises.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int kChunk = 16;          // keys per online-softmax step
+constexpr int kTargetRows = 64;     // query rows (tokens x grouped heads) a prefill tile aims for
+constexpr int kDirectMaxRows = 8;   // up to this many rows an item takes the direct (decode) path
+constexpr float kMasked = -1e30f;   // finite "minus infinity": the exp below clamps it to ~0 and never NaNs
+
+inline float to_float(float x) { return x; }
+template <typename T>
+inline T from_float(float x) { return static_cast<T>(x); }  // c10::BFloat16 / c10::Half round to nearest even
+inline float to_float(c10::Half x) { return static_cast<float>(x); }
+inline float to_float(c10::BFloat16 x) {
+  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// exp(x) for x <= 0, vectorisable (no libm call): 2^n * exp(t) with n = round(x / ln 2), |t| <= ln(2) / 2 and a
+// degree-6 Taylor polynomial for exp(t) (relative error about 1e-7). Arguments below -87 return exp(-87).
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);
+  const float y = x * 1.4426950408889634f;
+  const float n = (y + 12582912.0f) - 12582912.0f;  // round to nearest by the 1.5 * 2^23 trick
+  const float t = x - n * 0.6931471805599453f;
+  float p = 1.0f / 720.0f;
+  p = p * t + 1.0f / 120.0f;
+  p = p * t + 1.0f / 24.0f;
+  p = p * t + 1.0f / 6.0f;
+  p = p * t + 0.5f;
+  p = p * t + 1.0f;
+  p = p * t + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+#if defined(__AVX512F__)
+// AVX-512 versions of the hot loops, used when head_dim is a multiple of 16 (the generic loops cover the rest).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+inline __m512 load16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 t = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.6931471805599453f), x);
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// Online-softmax update of one row with this chunk's scores (lanes below `valid` are real keys): returns the
+// probabilities to multiply V by (zero in the padding lanes) and rescales the row's accumulator.
+template <int D>
+inline __m512 fold16(__m512 scores, int valid, float& row_max, float& row_sum, float* acc) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+  const float new_max = std::max(row_max, _mm512_mask_reduce_max_ps(mask, scores));
+  const float correction = std::exp(row_max - new_max);
+  const __m512 probs = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
+  row_sum = row_sum * correction + _mm512_reduce_add_ps(probs);
+  row_max = new_max;
+  if (correction != 1.0f) {
+    const __m512 c = _mm512_set1_ps(correction);
+    for (int d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), c));
+  }
+  return probs;
+}
+
+// acc (one row, D floats) += sum_j probs[j] * V[j] over the chunk's `valid` V rows (float, [kChunk][D]).
+template <int D>
+inline void accumulate_values(const float* probs, int valid, const float* vrows, float* acc) {
+  __m512 sums[D / 16];
+  for (int v = 0; v < D / 16; ++v) sums[v] = _mm512_loadu_ps(acc + 16 * v);
+  for (int j = 0; j < valid; ++j) {
+    const __m512 p = _mm512_set1_ps(probs[j]);
+    for (int v = 0; v < D / 16; ++v) sums[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vrows + j * D + 16 * v), sums[v]);
+  }
+  for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + 16 * v, sums[v]);
+}
+#endif
+
+struct WorkItem {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t first_token;  // index among the sequence's new tokens
+  int32_t num_tokens;
+};
+
+template <typename cache_t, typename query_t>
+struct Problem {
+  const query_t* query;   // [tokens, heads, D]
+  query_t* out;           // [tokens, heads, D]
+  const cache_t* k_cache; // [blocks, block_size, kv_heads, D]
+  const cache_t* v_cache;
+  const int32_t* block_tables;  // [seqs, table_width]
+  const int32_t* query_start;   // [seqs + 1]
+  const int32_t* seq_lens;      // [seqs]
+  int64_t table_width, block_size, heads, kv_heads, head_dim;
+  float scale;
+
+  const cache_t* row(const cache_t* cache, const int32_t* table, int64_t pos, int64_t kv_head) const {
+    const int64_t block = table[pos / block_size];
+    return cache + ((block * block_size + pos % block_size) * kv_heads + kv_head) * head_dim;
+  }
+};
+
+// Per-item state: rows r = token * groups + g of the tile, their running max, sum and output accumulator.
+struct Accumulator {
+  std::vector<float> q, acc, max, sum;
+  void reset(int64_t rows, int64_t dim) {
+    q.assign((rows + 3) / 4 * 4 * dim, 0.0f);  // padded: the tile path multiplies rows four at a time
+    acc.assign(rows * dim, 0.0f);
+    max.assign(rows, kMasked);
+    sum.assign(rows, 0.0f);
+  }
+};
+
+// Fold one chunk's scores s[0..kChunk) (valid below `valid`) of row r into the running softmax; vrows are the
+// chunk's V rows as float (kChunk x D).
+template <int D>
+inline void fold_scores(float* s, int valid, float& row_max, float& row_sum, float* acc, const float* vrows,
+                        int64_t dim) {
+  const int64_t d_len = D > 0 ? D : dim;
+  float chunk_max = kMasked;
+  for (int j = 0; j < kChunk; ++j) {
+    s[j] = j < valid ? s[j] : kMasked;
+    chunk_max = std::max(chunk_max, s[j]);
+  }
+  const float new_max = std::max(row_max, chunk_max);
+  const float correction = exp_nonpositive(row_max - new_max);
+  float p_sum = 0.0f;
+  for (int j = 0; j < kChunk; ++j) {
+    s[j] = j < valid ? exp_nonpositive(s[j] - new_max) : 0.0f;
+    p_sum += s[j];
+  }
+  row_sum = row_sum * correction + p_sum;
+  row_max = new_max;
+  for (int64_t d = 0; d < d_len; ++d) acc[d] *= correction;
+  for (int j = 0; j < valid; ++j) {
+    const float p = s[j];
+    const float* v = vrows + j * d_len;
+    for (int64_t d = 0; d < d_len; ++d) acc[d] += p * v[d];
+  }
+}
+
+template <int D>
+inline float dot(const float* a, const float* b, int64_t dim) {
+  const int64_t d_len = D > 0 ? D : dim;
+  float lanes[16] = {0.0f};
+  int64_t d = 0;
+  for (; d + 16 <= d_len; d += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += a[d + l] * b[d + l];
+  float total = 0.0f;
+  for (; d < d_len; ++d) total += a[d] * b[d];
+  for (int l = 0; l < 16; ++l) total += lanes[l];
+  return total;
+}
+
+#if defined(__AVX512F__)
+// One 16-key chunk for every row of an item. Direct path: K rows as float [kChunk][D], one dot product per key
+// and row. Tile path: K transposed [D][kChunk], four rows' 16 scores as four independent FMA chains.
+template <int D>
+void simd_chunk(Accumulator& st, const float* kt, const float* vr, int64_t rows, int64_t groups, int64_t first_pos,
+                int64_t k0, int n, bool direct) {
+  alignas(64) float probs[kChunk];
+  auto finish_row = [&](int64_t r, __m512 scores, int valid) {
+    float* acc = st.acc.data() + r * D;
+    _mm512_store_ps(probs, fold16<D>(scores, valid, st.max[r], st.sum[r], acc));
+    accumulate_values<D>(probs, valid, vr, acc);
+  };
+  auto valid_keys = [&](int64_t r) { return static_cast<int>(std::min<int64_t>(n, first_pos + r / groups - k0 + 1)); };
+  if (direct) {
+    alignas(64) float dots[kChunk];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int valid = valid_keys(r);
+      if (valid <= 0) continue;
+      const float* q = st.q.data() + r * D;
+      __m512 qv[D / 16];
+      for (int v = 0; v < D / 16; ++v) qv[v] = _mm512_loadu_ps(q + 16 * v);
+      for (int j = 0; j < valid; ++j) {
+        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kt + j * D));
+        for (int v = 1; v < D / 16; ++v) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(kt + j * D + 16 * v), a);
+        dots[j] = _mm512_reduce_add_ps(a);
+      }
+      finish_row(r, _mm512_maskz_load_ps(static_cast<__mmask16>((1u << valid) - 1u), dots), valid);
+    }
+    return;
+  }
+  for (int64_t rb = 0; rb < rows; rb += 4) {
+    const float* q = st.q.data() + rb * D;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int d = 0; d < D; ++d) {
+      const __m512 k = _mm512_loadu_ps(kt + d * kChunk);
+      s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k, s0);
+      s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[D + d]), k, s1);
+      s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * D + d]), k, s2);
+      s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * D + d]), k, s3);
+    }
+    const __m512 scores[4] = {s0, s1, s2, s3};
+    for (int b = 0; b < 4 && rb + b < rows; ++b) {
+      const int valid = valid_keys(rb + b);
+      if (valid > 0) finish_row(rb + b, scores[b], valid);
+    }
+  }
+}
+#endif
+
+template <typename cache_t, typename query_t, int D>
+void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumulator& st, std::vector<float>& kbuf,
+              std::vector<float>& vbuf) {
+  const int64_t dim = D > 0 ? D : p.head_dim;
+  const int64_t groups = p.heads / p.kv_heads;
+  const int64_t rows = item.num_tokens * groups;
+  const int32_t* table = p.block_tables + item.seq * p.table_width;
+  const int64_t q_start = p.query_start[item.seq];
+  const int64_t q_len = p.query_start[item.seq + 1] - q_start;
+  const int64_t context = p.seq_lens[item.seq] - q_len;  // tokens cached before this step
+  st.reset(rows, dim);
+  for (int64_t t = 0; t < item.num_tokens; ++t)
+    for (int64_t g = 0; g < groups; ++g) {
+      const query_t* src = p.query + ((q_start + item.first_token + t) * p.heads + item.kv_head * groups + g) * dim;
+      float* dst = st.q.data() + (t * groups + g) * dim;
+      for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
+    }
+  // Keys [0, end) cover every row of the tile; row r (token t) sees keys [0, context + first_token + t].
+  const int64_t first_pos = context + item.first_token;
+  const int64_t end = first_pos + item.num_tokens;
+  const bool direct = rows <= kDirectMaxRows;
+  float* kt = kbuf.data();  // transposed chunk [D][kChunk] (tile path) or rows [kChunk][D] (direct path)
+  float* vr = vbuf.data();  // [kChunk][D]
+  float scores[kChunk];
+  for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
+    const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
+    for (int j = 0; j < n; ++j) {
+      const cache_t* k = p.row(p.k_cache, table, k0 + j, item.kv_head);
+      const cache_t* v = p.row(p.v_cache, table, k0 + j, item.kv_head);
+      float* vd = vr + j * dim;
+      for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
+      if (direct) {
+        float* kd = kt + j * dim;
+        for (int64_t d = 0; d < dim; ++d) kd[d] = to_float(k[d]);
+      } else {
+        for (int64_t d = 0; d < dim; ++d) kt[d * kChunk + j] = to_float(k[d]);
+      }
+    }
+    if (!direct)
+      for (int j = n; j < kChunk; ++j)
+        for (int64_t d = 0; d < dim; ++d) kt[d * kChunk + j] = 0.0f;
+#if defined(__AVX512F__)
+    if constexpr (D > 0 && D % 16 == 0) {
+      simd_chunk<D>(st, kt, vr, rows, groups, first_pos, k0, n, direct);
+      continue;
+    }
+#endif
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = first_pos + r / groups;
+      const int valid = static_cast<int>(std::min<int64_t>(n, pos - k0 + 1));
+      if (valid <= 0) continue;
+      const float* q = st.q.data() + r * dim;
+      if (direct) {
+        for (int j = 0; j < kChunk; ++j) scores[j] = j < valid ? dot<D>(q, kt + j * dim, dim) : 0.0f;
+      } else {
+        for (int j = 0; j < kChunk; ++j) scores[j] = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) {
+          const float qd = q[d];
+          const float* kd = kt + d * kChunk;
+          for (int j = 0; j < kChunk; ++j) scores[j] += qd * kd[j];
+        }
+      }
+      fold_scores<D>(scores, valid, st.max[r], st.sum[r], st.acc.data() + r * dim, vr, dim);
+    }
+  }
+  for (int64_t t = 0; t < item.num_tokens; ++t)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r = t * groups + g;
+      query_t* dst = p.out + ((q_start + item.first_token + t) * p.heads + item.kv_head * groups + g) * dim;
+      const float inv = 1.0f / st.sum[r];
+      const float* a = st.acc.data() + r * dim;
+      for (int64_t d = 0; d < dim; ++d) dst[d] = from_float<query_t>(a[d] * inv);
+    }
+}
+
+std::vector<WorkItem> plan_items(const int32_t* query_start, int64_t num_seqs, int64_t kv_heads, int64_t groups) {
+  const int64_t tile = std::max<int64_t>(1, kTargetRows / groups);
+  std::vector<WorkItem> prefill, decode;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t q_len = query_start[s + 1] - query_start[s];
+    auto& list = q_len > 1 ? prefill : decode;
+    for (int64_t t0 = 0; t0 < q_len; t0 += tile)
+      for (int64_t h = 0; h < kv_heads; ++h)
+        list.push_back({static_cast<int32_t>(s), static_cast<int32_t>(h), static_cast<int32_t>(t0),
+                        static_cast<int32_t>(std::min(tile, q_len - t0))});
+  }
+  // Later tiles of a sequence see more keys: hand out the longest first.
+  std::stable_sort(prefill.begin(), prefill.end(),
+                   [](const WorkItem& a, const WorkItem& b) { return a.first_token > b.first_token; });
+  prefill.insert(prefill.end(), decode.begin(), decode.end());
+  return prefill;
+}
+
+template <typename cache_t, typename query_t, int D>
+void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& items) {
+  std::atomic<int64_t> next{0};
+  const int64_t total = static_cast<int64_t>(items.size());
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), total));
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t worker = begin; worker < end; ++worker) {
+      Accumulator st;
+      std::vector<float> kbuf(kChunk * p.head_dim), vbuf(kChunk * p.head_dim);
+      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1)) run_item<cache_t, query_t, D>(p, items[i], st, kbuf, vbuf);
+    }
+  });
+}
+
+template <typename cache_t, typename query_t>
+void dispatch_dim(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& items) {
+  switch (p.head_dim) {
+    case 64: return run_all<cache_t, query_t, 64>(p, items);
+    case 128: return run_all<cache_t, query_t, 128>(p, items);
+    default: return run_all<cache_t, query_t, 0>(p, items);
+  }
+}
+
+// Copy each new token's K and V rows ([tokens, kv_heads, D], the cache's dtype) to its slot.
+void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                 const at::Tensor& slot_mapping) {
+  TORCH_CHECK(key.scalar_type() == k_cache.scalar_type() && value.scalar_type() == v_cache.scalar_type(),
+              "new K/V must be in the cache's dtype");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot mapping must be int64");
+  const at::Tensor kc = key.contiguous(), vc = value.contiguous(), slots = slot_mapping.contiguous();
+  const int64_t tokens = kc.size(0), row = kc.numel() / std::max<int64_t>(tokens, 1);
+  const int64_t bytes = row * kc.element_size(), num_slots = k_cache.numel() / std::max<int64_t>(row, 1);
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  auto* kd = static_cast<char*>(k_cache.data_ptr());
+  auto* vd = static_cast<char*>(v_cache.data_ptr());
+  const auto* ks = static_cast<const char*>(kc.data_ptr());
+  const auto* vs = static_cast<const char*>(vc.data_ptr());
+  for (int64_t t = 0; t < tokens; ++t) {
+    TORCH_CHECK(sp[t] >= 0 && sp[t] < num_slots, "slot ", sp[t], " is outside the cache");
+    std::memcpy(kd + sp[t] * bytes, ks + t * bytes, bytes);
+    std::memcpy(vd + sp[t] * bytes, vs + t * bytes, bytes);
+  }
+}
+
+void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
+               const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+               double scale) {
+  TORCH_CHECK(query.scalar_type() == out.scalar_type(), "query and out must share a dtype");
+  TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "query, out and the caches must be contiguous");
+  TORCH_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "caches must be [blocks, block_size, kv_heads, head_dim]");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "K and V caches must share a dtype");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && query_start_loc.scalar_type() == at::kInt &&
+                  seq_lens.scalar_type() == at::kInt, "block tables, query starts and sequence lengths must be int32");
+  const at::Tensor tables = block_tables.contiguous();
+  const at::Tensor starts = query_start_loc.contiguous();
+  const at::Tensor lens = seq_lens.contiguous();
+  const int64_t kv_heads = k_cache.size(2), head_dim = k_cache.size(3), heads = query.size(1);
+  TORCH_CHECK(query.size(2) == head_dim && heads % kv_heads == 0, "query heads must group over the KV heads");
+  const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), kv_heads, heads / kv_heads);
+  auto run = [&](auto* k, auto* v, auto* q, auto* o) {
+    using cache_t = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
+    using query_t = std::remove_const_t<std::remove_pointer_t<decltype(q)>>;
+    Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
+                                lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
+                                head_dim, static_cast<float>(scale)};
+    dispatch_dim<cache_t, query_t>(p, items);
+  };
+  auto with_query = [&](auto* k, auto* v) {
+    switch (query.scalar_type()) {
+      case at::kFloat: return run(k, v, query.data_ptr<float>(), out.data_ptr<float>());
+      case at::kBFloat16: return run(k, v, query.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>());
+      case at::kHalf: return run(k, v, query.data_ptr<c10::Half>(), out.data_ptr<c10::Half>());
+      default: TORCH_CHECK(false, "unsupported query dtype ", query.scalar_type());
+    }
+  };
+  switch (k_cache.scalar_type()) {
+    case at::kFloat: return with_query(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
+    case at::kBFloat16: return with_query(k_cache.data_ptr<c10::BFloat16>(), v_cache.data_ptr<c10::BFloat16>());
+    case at::kHalf: return with_query(k_cache.data_ptr<c10::Half>(), v_cache.data_ptr<c10::Half>());
+    default: TORCH_CHECK(false, "unsupported KV cache dtype ", k_cache.scalar_type());
+  }
+}
+
+// What a layer calls: store the step's new K/V, then attend (one dispatch instead of several per layer).
+void forward(at::Tensor& out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+             at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+             const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale) {
+  write_slots(key, value, k_cache, v_cache, slot_mapping);
+  attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(frame_cpu_paged, m) {
+  m.def("attention(Tensor(a!) out, Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+  m.def("forward(Tensor(a!) out, Tensor query, Tensor key, Tensor value, Tensor(b!) k_cache, Tensor(c!) v_cache, "
+        "Tensor slot_mapping, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(frame_cpu_paged, CPU, m) {
+  m.impl("attention", &attention);
+  m.impl("forward", &forward);
+}
