@@ -69,7 +69,7 @@ def _no_sharing(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequest
 
 SHARING_WORKLOADS = [
     Workload("shared_prefix", "one shared system prompt, then a distinct question per request",
-             {"num_requests": 32, "prefix_len": 1000, "question_len": [16, 64], "max_tokens": 16, "tenants": 1},
+             {"num_requests": 64, "prefix_len": 1000, "question_len": [16, 64], "max_tokens": 64, "tenants": 1},
              _shared_prefix),
     Workload("multi_turn", "chats where each turn resends the whole conversation; one wave per turn",
              {"num_conversations": 6, "num_turns": 4, "system_len": 40, "user_len": [20, 80],

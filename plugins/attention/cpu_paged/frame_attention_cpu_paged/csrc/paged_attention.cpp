@@ -1,10 +1,11 @@
 // Paged causal attention for CPUs: one call per layer serves a whole mixed batch (prefills, prefill chunks,
 // decodes), reading K/V straight from the block pool through each sequence's block table.
 //
-// Work is split into items of (sequence, KV head, tile of query tokens); the query heads that share a KV head
-// are processed together so each K/V row is read once for all of them. Every item runs an online softmax over
-// its keys, 16 keys at a time, in float32. Items are handed to torch's intra-op threads dynamically, the
-// expensive prefill tiles first.
+// Work is split into items of (sequence, tile of query tokens) covering every head, so each block of the pool
+// is read front to back once per item (the next chunk's rows are prefetched while this one computes); the
+// query heads that share a KV head are processed together. Every item runs an online softmax over its keys, 16
+// keys at a time, in float32. Items are handed to torch's intra-op threads dynamically, the expensive prefill
+// tiles first.
 //
 // Two inner paths: few query rows (decodes) take dot products along head_dim, one K row at a time; many rows
 // (prefill tiles) first transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain.
@@ -30,7 +31,8 @@ namespace {
 
 constexpr int kChunk = 16;          // keys per online-softmax step
 constexpr int kTargetRows = 64;     // query rows (tokens x grouped heads) a prefill tile aims for
-constexpr int kDirectMaxRows = 8;   // up to this many rows an item takes the direct (decode) path
+constexpr int kDirectMaxRows = 8;
+constexpr int kPrefetchAhead = 24;  // keys: about one chunk of compute ahead of the loads   // up to this many rows an item takes the direct (decode) path
 constexpr float kMasked = -1e30f;   // finite "minus infinity": the exp below clamps it to ~0 and never NaNs
 
 inline float to_float(float x) { return x; }
@@ -123,7 +125,6 @@ inline void accumulate_values(const float* probs, int valid, const float* vrows,
 
 struct WorkItem {
   int32_t seq;
-  int32_t kv_head;
   int32_t first_token;  // index among the sequence's new tokens
   int32_t num_tokens;
 };
@@ -139,25 +140,31 @@ struct Problem {
   const int32_t* seq_lens;      // [seqs]
   int64_t table_width, block_size, heads, kv_heads, head_dim;
   float scale;
-
-  const cache_t* row(const cache_t* cache, const int32_t* table, int64_t pos, int64_t kv_head) const {
-    const int64_t block = table[pos / block_size];
-    return cache + ((block * block_size + pos % block_size) * kv_heads + kv_head) * head_dim;
-  }
 };
 
-// Per-item state: rows r = token * groups + g of the tile, their running max, sum and output accumulator.
+// Per-item state. Rows are ordered KV head, then token, then the query heads of that KV head
+// (r = (h * tokens + t) * groups + g), so each KV head's rows are contiguous; per row the running max, sum and
+// output accumulator.
 struct Accumulator {
   std::vector<float> q, acc, max, sum;
   void reset(int64_t rows, int64_t dim) {
-    q.assign((rows + 3) / 4 * 4 * dim, 0.0f);  // padded: the tile path multiplies rows four at a time
+    q.assign((rows + 3) * dim, 0.0f);  // padded: the tile path multiplies rows four at a time
     acc.assign(rows * dim, 0.0f);
     max.assign(rows, kMasked);
     sum.assign(rows, 0.0f);
   }
 };
 
-// Fold one chunk's scores s[0..kChunk) (valid below `valid`) of row r into the running softmax; vrows are the
+// One KV head's rows of an item: queries, accumulators, and where the first row's token sits.
+struct HeadRows {
+  const float* q;
+  float* acc;
+  float* max;
+  float* sum;
+  int64_t rows, groups, first_pos;
+};
+
+// Fold one chunk's scores s[0..kChunk) (valid below `valid`) of a row into the running softmax; vrows are the
 // chunk's V rows as float (kChunk x D).
 template <int D>
 inline void fold_scores(float* s, int valid, float& row_max, float& row_sum, float* acc, const float* vrows,
@@ -198,25 +205,50 @@ inline float dot(const float* a, const float* b, int64_t dim) {
   return total;
 }
 
-#if defined(__AVX512F__)
-// One 16-key chunk for every row of an item. Direct path: K rows as float [kChunk][D], one dot product per key
-// and row. Tile path: K transposed [D][kChunk], four rows' 16 scores as four independent FMA chains.
+// One 16-key chunk for one KV head's rows, generic loops. kt: K rows [kChunk][dim] (direct) or K transposed
+// [dim][kChunk] (tile); vr: V rows [kChunk][dim].
 template <int D>
-void simd_chunk(Accumulator& st, const float* kt, const float* vr, int64_t rows, int64_t groups, int64_t first_pos,
-                int64_t k0, int n, bool direct) {
+void generic_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0, int n, bool direct,
+                   int64_t dim) {
+  float scores[kChunk];
+  for (int64_t r = 0; r < h.rows; ++r) {
+    const int valid = static_cast<int>(std::min<int64_t>(n, h.first_pos + r / h.groups - k0 + 1));
+    if (valid <= 0) continue;
+    const float* q = h.q + r * dim;
+    if (direct) {
+      for (int j = 0; j < kChunk; ++j) scores[j] = j < valid ? dot<D>(q, kt + j * dim, dim) : 0.0f;
+    } else {
+      for (int j = 0; j < kChunk; ++j) scores[j] = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) {
+        const float qd = q[d];
+        const float* kd = kt + d * kChunk;
+        for (int j = 0; j < kChunk; ++j) scores[j] += qd * kd[j];
+      }
+    }
+    fold_scores<D>(scores, valid, h.max[r], h.sum[r], h.acc + r * dim, vr, dim);
+  }
+}
+
+#if defined(__AVX512F__)
+// The same with AVX-512 (head_dim a multiple of 16). Direct path: one dot product per key and row. Tile path:
+// four rows' 16 scores as four independent FMA chains over the transposed chunk.
+template <int D>
+void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0, int n, bool direct) {
   alignas(64) float probs[kChunk];
   auto finish_row = [&](int64_t r, __m512 scores, int valid) {
-    float* acc = st.acc.data() + r * D;
-    _mm512_store_ps(probs, fold16<D>(scores, valid, st.max[r], st.sum[r], acc));
+    float* acc = h.acc + r * D;
+    _mm512_store_ps(probs, fold16<D>(scores, valid, h.max[r], h.sum[r], acc));
     accumulate_values<D>(probs, valid, vr, acc);
   };
-  auto valid_keys = [&](int64_t r) { return static_cast<int>(std::min<int64_t>(n, first_pos + r / groups - k0 + 1)); };
+  auto valid_keys = [&](int64_t r) {
+    return static_cast<int>(std::min<int64_t>(n, h.first_pos + r / h.groups - k0 + 1));
+  };
   if (direct) {
     alignas(64) float dots[kChunk];
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < h.rows; ++r) {
       const int valid = valid_keys(r);
       if (valid <= 0) continue;
-      const float* q = st.q.data() + r * D;
+      const float* q = h.q + r * D;
       __m512 qv[D / 16];
       for (int v = 0; v < D / 16; ++v) qv[v] = _mm512_loadu_ps(q + 16 * v);
       for (int j = 0; j < valid; ++j) {
@@ -228,8 +260,8 @@ void simd_chunk(Accumulator& st, const float* kt, const float* vr, int64_t rows,
     }
     return;
   }
-  for (int64_t rb = 0; rb < rows; rb += 4) {
-    const float* q = st.q.data() + rb * D;
+  for (int64_t rb = 0; rb < h.rows; rb += 4) {
+    const float* q = h.q + rb * D;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int d = 0; d < D; ++d) {
       const __m512 k = _mm512_loadu_ps(kt + d * kChunk);
@@ -239,7 +271,7 @@ void simd_chunk(Accumulator& st, const float* kt, const float* vr, int64_t rows,
       s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * D + d]), k, s3);
     }
     const __m512 scores[4] = {s0, s1, s2, s3};
-    for (int b = 0; b < 4 && rb + b < rows; ++b) {
+    for (int b = 0; b < 4 && rb + b < h.rows; ++b) {
       const int valid = valid_keys(rb + b);
       if (valid > 0) finish_row(rb + b, scores[b], valid);
     }
@@ -247,91 +279,106 @@ void simd_chunk(Accumulator& st, const float* kt, const float* vr, int64_t rows,
 }
 #endif
 
+// Ask for one key's K/V rows (every KV head) ahead of use: the blocks lie scattered in the pool, so the
+// hardware prefetcher cannot guess them.
+template <typename cache_t, typename query_t>
+inline void prefetch_key(const Problem<cache_t, query_t>& p, const int32_t* table, int64_t pos) {
+  const int64_t row_bytes = p.kv_heads * p.head_dim * static_cast<int64_t>(sizeof(cache_t));
+  const int64_t base = (table[pos / p.block_size] * p.block_size + pos % p.block_size) * p.kv_heads * p.head_dim;
+  const char* k = reinterpret_cast<const char*>(p.k_cache + base);
+  const char* v = reinterpret_cast<const char*>(p.v_cache + base);
+  for (int64_t b = 0; b < row_bytes; b += 64) {
+    __builtin_prefetch(k + b);
+    __builtin_prefetch(v + b);
+  }
+}
+
 template <typename cache_t, typename query_t, int D>
 void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumulator& st, std::vector<float>& kbuf,
               std::vector<float>& vbuf) {
   const int64_t dim = D > 0 ? D : p.head_dim;
-  const int64_t groups = p.heads / p.kv_heads;
-  const int64_t rows = item.num_tokens * groups;
+  const int64_t groups = p.heads / p.kv_heads, kv_heads = p.kv_heads, tokens = item.num_tokens;
+  const int64_t head_rows = tokens * groups;
   const int32_t* table = p.block_tables + item.seq * p.table_width;
   const int64_t q_start = p.query_start[item.seq];
   const int64_t q_len = p.query_start[item.seq + 1] - q_start;
   const int64_t context = p.seq_lens[item.seq] - q_len;  // tokens cached before this step
-  st.reset(rows, dim);
-  for (int64_t t = 0; t < item.num_tokens; ++t)
-    for (int64_t g = 0; g < groups; ++g) {
-      const query_t* src = p.query + ((q_start + item.first_token + t) * p.heads + item.kv_head * groups + g) * dim;
-      float* dst = st.q.data() + (t * groups + g) * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
-    }
-  // Keys [0, end) cover every row of the tile; row r (token t) sees keys [0, context + first_token + t].
+  st.reset(kv_heads * head_rows, dim);
+  for (int64_t h = 0; h < kv_heads; ++h)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t g = 0; g < groups; ++g) {
+        const query_t* src = p.query + ((q_start + item.first_token + t) * p.heads + h * groups + g) * dim;
+        float* dst = st.q.data() + ((h * tokens + t) * groups + g) * dim;
+        for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
+      }
+  // Keys [0, end) cover every row of the tile; token t sees keys [0, context + first_token + t].
   const int64_t first_pos = context + item.first_token;
-  const int64_t end = first_pos + item.num_tokens;
-  const bool direct = rows <= kDirectMaxRows;
-  float* kt = kbuf.data();  // transposed chunk [D][kChunk] (tile path) or rows [kChunk][D] (direct path)
-  float* vr = vbuf.data();  // [kChunk][D]
-  float scores[kChunk];
+  const int64_t end = first_pos + tokens;
+  const bool direct = head_rows <= kDirectMaxRows;
+  const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
   for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
+    // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
+    // so this reads each block front to back. The block table is walked without a division per key.
+    int64_t block = k0 / p.block_size, offset = k0 % p.block_size;
     for (int j = 0; j < n; ++j) {
-      const cache_t* k = p.row(p.k_cache, table, k0 + j, item.kv_head);
-      const cache_t* v = p.row(p.v_cache, table, k0 + j, item.kv_head);
-      float* vd = vr + j * dim;
-      for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
-      if (direct) {
-        float* kd = kt + j * dim;
-        for (int64_t d = 0; d < dim; ++d) kd[d] = to_float(k[d]);
-      } else {
-        for (int64_t d = 0; d < dim; ++d) kt[d * kChunk + j] = to_float(k[d]);
+      if (k0 + j + kPrefetchAhead < end) prefetch_key(p, table, k0 + j + kPrefetchAhead);
+      const int64_t base = (table[block] * p.block_size + offset) * kv_heads * dim;
+      if (++offset == p.block_size) {
+        offset = 0;
+        ++block;
+      }
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const cache_t* k = p.k_cache + base + h * dim;
+        const cache_t* v = p.v_cache + base + h * dim;
+        float* vd = vbuf.data() + h * head_stride + j * dim;
+        float* kd = kbuf.data() + h * head_stride;
+        for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
+        if (direct) {
+          for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
+        } else {
+          for (int64_t d = 0; d < dim; ++d) kd[d * kChunk + j] = to_float(k[d]);
+        }
       }
     }
     if (!direct)
-      for (int j = n; j < kChunk; ++j)
-        for (int64_t d = 0; d < dim; ++d) kt[d * kChunk + j] = 0.0f;
+      for (int64_t h = 0; h < kv_heads; ++h)
+        for (int j = n; j < kChunk; ++j)
+          for (int64_t d = 0; d < dim; ++d) kbuf[h * head_stride + d * kChunk + j] = 0.0f;
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t r0 = h * head_rows;
+      const HeadRows rows{st.q.data() + r0 * dim, st.acc.data() + r0 * dim, st.max.data() + r0, st.sum.data() + r0,
+                          head_rows, groups, first_pos};
+      const float* kt = kbuf.data() + h * head_stride;
+      const float* vr = vbuf.data() + h * head_stride;
 #if defined(__AVX512F__)
-    if constexpr (D > 0 && D % 16 == 0) {
-      simd_chunk<D>(st, kt, vr, rows, groups, first_pos, k0, n, direct);
-      continue;
-    }
-#endif
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t pos = first_pos + r / groups;
-      const int valid = static_cast<int>(std::min<int64_t>(n, pos - k0 + 1));
-      if (valid <= 0) continue;
-      const float* q = st.q.data() + r * dim;
-      if (direct) {
-        for (int j = 0; j < kChunk; ++j) scores[j] = j < valid ? dot<D>(q, kt + j * dim, dim) : 0.0f;
-      } else {
-        for (int j = 0; j < kChunk; ++j) scores[j] = 0.0f;
-        for (int64_t d = 0; d < dim; ++d) {
-          const float qd = q[d];
-          const float* kd = kt + d * kChunk;
-          for (int j = 0; j < kChunk; ++j) scores[j] += qd * kd[j];
-        }
+      if constexpr (D > 0 && D % 16 == 0) {
+        simd_chunk<D>(rows, kt, vr, k0, n, direct);
+        continue;
       }
-      fold_scores<D>(scores, valid, st.max[r], st.sum[r], st.acc.data() + r * dim, vr, dim);
+#endif
+      generic_chunk<D>(rows, kt, vr, k0, n, direct, dim);
     }
   }
-  for (int64_t t = 0; t < item.num_tokens; ++t)
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t r = t * groups + g;
-      query_t* dst = p.out + ((q_start + item.first_token + t) * p.heads + item.kv_head * groups + g) * dim;
-      const float inv = 1.0f / st.sum[r];
-      const float* a = st.acc.data() + r * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] = from_float<query_t>(a[d] * inv);
-    }
+  for (int64_t h = 0; h < kv_heads; ++h)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t r = (h * tokens + t) * groups + g;
+        query_t* dst = p.out + ((q_start + item.first_token + t) * p.heads + h * groups + g) * dim;
+        const float inv = 1.0f / st.sum[r];
+        const float* a = st.acc.data() + r * dim;
+        for (int64_t d = 0; d < dim; ++d) dst[d] = from_float<query_t>(a[d] * inv);
+      }
 }
 
-std::vector<WorkItem> plan_items(const int32_t* query_start, int64_t num_seqs, int64_t kv_heads, int64_t groups) {
+std::vector<WorkItem> plan_items(const int32_t* query_start, int64_t num_seqs, int64_t groups) {
   const int64_t tile = std::max<int64_t>(1, kTargetRows / groups);
   std::vector<WorkItem> prefill, decode;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = query_start[s + 1] - query_start[s];
     auto& list = q_len > 1 ? prefill : decode;
     for (int64_t t0 = 0; t0 < q_len; t0 += tile)
-      for (int64_t h = 0; h < kv_heads; ++h)
-        list.push_back({static_cast<int32_t>(s), static_cast<int32_t>(h), static_cast<int32_t>(t0),
-                        static_cast<int32_t>(std::min(tile, q_len - t0))});
+      list.push_back({static_cast<int32_t>(s), static_cast<int32_t>(t0), static_cast<int32_t>(std::min(tile, q_len - t0))});
   }
   // Later tiles of a sequence see more keys: hand out the longest first.
   std::stable_sort(prefill.begin(), prefill.end(),
@@ -348,8 +395,9 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
   at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t worker = begin; worker < end; ++worker) {
       Accumulator st;
-      std::vector<float> kbuf(kChunk * p.head_dim), vbuf(kChunk * p.head_dim);
-      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1)) run_item<cache_t, query_t, D>(p, items[i], st, kbuf, vbuf);
+      std::vector<float> kbuf(p.kv_heads * kChunk * p.head_dim), vbuf(p.kv_heads * kChunk * p.head_dim);
+      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1))
+        run_item<cache_t, query_t, D>(p, items[i], st, kbuf, vbuf);
     }
   });
 }
@@ -399,7 +447,7 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
   const at::Tensor lens = seq_lens.contiguous();
   const int64_t kv_heads = k_cache.size(2), head_dim = k_cache.size(3), heads = query.size(1);
   TORCH_CHECK(query.size(2) == head_dim && heads % kv_heads == 0, "query heads must group over the KV heads");
-  const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), kv_heads, heads / kv_heads);
+  const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), heads / kv_heads);
   auto run = [&](auto* k, auto* v, auto* q, auto* o) {
     using cache_t = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
     using query_t = std::remove_const_t<std::remove_pointer_t<decltype(q)>>;
