@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/profile_decode.py [--batch 64] [--dtype bfloat16] [--steps 5] [--profile]
     .venv/bin/python benchmarks/profile_decode.py --compare-with frame_attention_sdpa.backend:SdpaAttention
-    .venv/bin/python benchmarks/profile_decode.py --no-native   # torch linears and norms instead of the platform kernels
+    .venv/bin/python benchmarks/profile_decode.py --no-native   # torch linears and norms, not the platform kernels
 
 ``--compare-with`` names another attention backend class (importable, e.g. an older copy of the sdpa plugin
 renamed and put on ``PYTHONPATH``); both then run the same model, alternating, and their time ratio is printed.
@@ -22,9 +22,9 @@ import torch
 from frame.layers import attach_platform_kernels
 from frame.testing.attention import build_metadata
 from frame_attention_cpu_paged.backend import CpuPagedAttention
-from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 from frame_model_llama.args import LlamaArgs
 from frame_model_llama.model import LlamaModel
+from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
 SMOLLM2_135M = dict(
     architecture="LlamaForCausalLM", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,

@@ -124,3 +124,17 @@ def test_backend_that_cannot_run_here_names_platforms_and_alternatives() -> None
     assert message.startswith(f"The attention backend 'rocm_only' runs on rocm only, but this machine is "
                               f"{platform.describe()}; installed backends that would serve here: ")
     assert "sdpa" in message and message.endswith(".")
+
+
+def test_auto_attention_passes_over_a_backend_that_cannot_serve_here(monkeypatch) -> None:
+    from frame.engine.selection import select_attention
+    from frame_attention_cpu_paged import kernel
+
+    monkeypatch.setattr(kernel, "unavailable_reason", lambda: "needs a C++ compiler to build its kernel")
+    hooks = PluginHooks(PluginRegistry())
+    platform = hooks.create_platform("cpu", None)
+    platform.name = "cpu"
+    assert select_attention(hooks, "auto", platform) == "sdpa"
+    with pytest.raises(PluginUnavailableError, match="'cpu_paged' needs a C\\+\\+ compiler to build its kernel; "
+                                                     "installed backends that would serve here: sdpa"):
+        select_attention(hooks, "cpu_paged", platform)

@@ -1,4 +1,6 @@
-"""The platform's C++ kernels (``csrc/*.cpp``: small-batch bfloat16 linear, fused residual-add RMSNorm), built for this CPU on first use (:mod:`frame.native`).
+"""The platform's C++ kernels (``csrc/*.cpp``: small-batch bfloat16 linear, fused residual-add RMSNorm).
+
+Built for this CPU on first use (:mod:`frame.native`).
 
 ``python -m frame_platform_cpu.build`` builds them ahead of time (``make setup`` does).
 """

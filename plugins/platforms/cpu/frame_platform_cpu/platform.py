@@ -21,7 +21,9 @@ class CpuOptions(BaseModel):
 
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
     kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
-    native_kernels: bool = Field(True, description="use the platform's C++ kernels (small-batch bfloat16 linears, fused norms)")
+    native_kernels: bool = Field(
+        True, description="use the platform's C++ kernels (small-batch bfloat16 linears, fused norms)"
+    )
 
 
 class CpuPlatform(Platform):

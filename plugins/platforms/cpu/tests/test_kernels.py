@@ -1,0 +1,69 @@
+"""The cpu platform's native kernels: the small-batch bfloat16 linear and the fused residual-add RMSNorm."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from frame.layers import RMSNorm
+from frame_platform_cpu import kernels, probe
+from frame_platform_cpu.platform import CpuOptions, CpuPlatform
+
+_WHY_NOT = kernels.unavailable_reason()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13, 16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_small_linear_matches_torch(rows: int, with_bias: bool) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    # 600 inputs: a masked tail after the 32-wide steps; 200 outputs: a partial row tile.
+    x = torch.randn(rows, 600, generator=gen).bfloat16()
+    weight = torch.randn(200, 600, generator=gen).bfloat16()
+    bias = torch.randn(200, generator=gen).bfloat16() if with_bias else None
+    got = kernels.small_batch_linear(weight, bias)(x)
+    exact = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 200)
+    # One bfloat16 rounding of a float32 sum: within an ulp of bfloat16 (2^-8 relative) of the exact value.
+    torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
+
+
+def test_small_linear_hands_large_or_other_batches_to_torch() -> None:
+    weight = torch.randn(64, 32).bfloat16()
+    linear = kernels.small_batch_linear(weight, None)
+    many = torch.randn(kernels.SMALL_BATCH_ROWS + 1, 32).bfloat16()
+    assert torch.equal(linear(many), F.linear(many, weight))
+    batched = torch.randn(2, 3, 32).bfloat16()
+    assert torch.equal(linear(batched), F.linear(batched, weight))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_fused_norm_equals_the_reference_but_for_summation_order(rows: int) -> None:
+    norm = RMSNorm(576, 1e-5, torch.device("cpu"), torch.bfloat16)
+    norm.weight.data.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(rows)
+    x, residual = (torch.randn(rows, 576, generator=gen).bfloat16() * 3 for _ in range(2))
+    fused = kernels.fused_add_rms_norm(norm.weight, 1e-5)(x, residual)
+    assert fused is not None
+    expected_out, expected_sum = norm.reference(x, residual)
+    assert torch.equal(fused[1], expected_sum)
+    # The float32 sum of squares runs in another order: a few values may land one bfloat16 step apart.
+    torch.testing.assert_close(fused[0].float(), expected_out.float(), rtol=8e-3, atol=8e-3)
+
+
+def test_fused_norm_declines_float32() -> None:
+    weight = torch.ones(8, dtype=torch.bfloat16)
+    assert kernels.fused_add_rms_norm(weight, 1e-6)(torch.ones(2, 8), torch.ones(2, 8)) is None
+
+
+def test_the_platform_offers_kernels_for_bfloat16_weights_only() -> None:
+    platform = CpuPlatform()
+    float_weight = torch.randn(4, 4)
+    assert platform.linear_kernel(float_weight, None) is None
+    assert platform.rms_norm_kernel(torch.ones(4), 1e-6) is None
+    if probe.has_bf16():
+        assert platform.linear_kernel(float_weight.bfloat16(), None) is not None
+        assert platform.rms_norm_kernel(torch.ones(4, dtype=torch.bfloat16), 1e-6) is not None
+    off = CpuPlatform(CpuOptions(native_kernels=False))
+    assert off.linear_kernel(float_weight.bfloat16(), None) is None
+    assert off.rms_norm_kernel(torch.ones(4, dtype=torch.bfloat16), 1e-6) is None

@@ -1,0 +1,96 @@
+"""frame.layers: the torch reference paths, and how a platform's kernels attach to a loaded model."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from frame.interfaces.platform import Platform
+from frame.layers import Linear, RMSNorm, attach_platform_kernels
+from torch import nn
+
+
+class RecordingPlatform(Platform):
+    """A test double: its "kernels" return constants, so a test can see which path ran."""
+
+    name = "recording"
+
+    def __init__(self, offer: bool = True) -> None:
+        self.offer = offer
+        self.norm_declines = False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return None
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def supported_dtypes(self):
+        return (torch.float32,)
+
+    def describe(self) -> str:
+        return "recording double"
+
+    def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
+        return 0
+
+    def preferred_attention(self, installed):
+        return installed[0]
+
+    def linear_kernel(self, weight, bias):
+        if not self.offer:
+            return None
+        return lambda x: torch.full((*x.shape[:-1], weight.shape[0]), 7.0)
+
+    def rms_norm_kernel(self, weight, eps):
+        if not self.offer:
+            return None
+        return lambda x, residual: None if self.norm_declines else (torch.full_like(x, 9.0), x)
+
+
+def _model() -> nn.Module:
+    model = nn.Module()
+    model.proj = Linear(4, 3, True, torch.device("cpu"), torch.float32)
+    model.norm = RMSNorm(4, 1e-6, torch.device("cpu"), torch.float32)
+    model.tied = Linear(3, 4, False, torch.device("cpu"), torch.float32, weight=model.proj.weight)
+    for p in model.parameters():
+        p.data.normal_()
+    return model
+
+
+def test_linear_without_a_kernel_is_f_linear() -> None:
+    model = _model()
+    x = torch.randn(2, 4)
+    assert torch.equal(model.proj(x), F.linear(x, model.proj.weight, model.proj.bias))
+    assert model.tied.weight is model.proj.weight
+
+
+def test_norm_reference_adds_the_residual_then_normalises_in_float32() -> None:
+    norm = _model().norm
+    x, residual = torch.randn(3, 4), torch.randn(3, 4)
+    out, summed = norm(x, residual)
+    assert torch.equal(summed, x + residual)
+    expected = norm.weight * F.rms_norm(summed, (4,), eps=1e-6)
+    torch.testing.assert_close(out, expected)
+
+
+def test_platform_kernels_attach_and_serve() -> None:
+    model = _model()
+    platform = RecordingPlatform()
+    assert attach_platform_kernels(model, platform) == 3
+    x = torch.randn(2, 4)
+    assert torch.equal(model.proj(x), torch.full((2, 3), 7.0))
+    out, summed = model.norm(x, x)
+    assert torch.equal(out, torch.full((2, 4), 9.0)) and torch.equal(summed, x)
+    # Without a residual, and when the kernel declines, the reference runs.
+    assert not torch.equal(model.norm(x)[0], torch.full((2, 4), 9.0))
+    platform.norm_declines = True
+    assert torch.equal(model.norm(x, x)[1], x + x)
+
+
+def test_a_platform_without_kernels_leaves_torch_in_place() -> None:
+    model = _model()
+    assert attach_platform_kernels(model, RecordingPlatform(offer=False)) == 0
+    assert model.proj.kernel is None and model.norm.kernel is None
