@@ -38,7 +38,7 @@ def missing_tools() -> str | None:
 def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> Path:
     """Where ``sources`` built with ``cflags`` for this torch and this CPU live."""
     digest = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sources), " ".join(cflags).encode(), torch.__version__.encode(),
+    for part in (*(s.read_bytes() for s in sources), " ".join([*cflags, "-fopenmp"]).encode(), torch.__version__.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         digest.update(part)
     root = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))
@@ -71,8 +71,12 @@ def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> N
             from torch.utils import cpp_extension
 
             directory.mkdir(parents=True, exist_ok=True)
-            cpp_extension.load(name=name, sources=[str(s) for s in sources], extra_cflags=list(cflags),
-                               build_directory=str(directory), is_python_module=False, verbose=False)
+            # -fopenmp: torch's at::parallel_for is an OpenMP pragma in its headers, so without the flag a kernel
+            # silently runs on one thread. The library then links libgomp.so.1, which resolves to the copy torch
+            # already loaded, so both share one thread pool.
+            cpp_extension.load(name=name, sources=[str(s) for s in sources], extra_cflags=[*cflags, "-fopenmp"],
+                               extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
+                               verbose=False)
         _loaded.add(name)
 
 
