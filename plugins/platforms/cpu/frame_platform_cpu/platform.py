@@ -22,7 +22,8 @@ class CpuOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
     kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
     native_kernels: bool = Field(
-        True, description="use the platform's C++ kernels (small-batch bfloat16 linears, fused norms)"
+        True, description="use the platform's kernels for bfloat16 layers (native small-batch linear and fused norm, "
+                    "prepacked oneDNN weights)"
     )
 
 
@@ -88,12 +89,13 @@ class CpuPlatform(Platform):
     def linear_kernel(
         self, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """The native small-batch kernel for bfloat16 weights on CPUs with AVX-512 BF16; otherwise torch's."""
+        """For bfloat16 weights on CPUs with AVX-512 BF16: the native kernel for one or two rows, a prepacked
+        oneDNN GEMM beyond; otherwise torch's own."""
         if not self.options.native_kernels or weight.dtype != torch.bfloat16 or not probe.has_bf16():
             return None
-        if kernels.unavailable_reason() is not None:
+        if kernels.unavailable_reason() is not None or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             return None
-        return kernels.small_batch_linear(weight, bias)
+        return kernels.bfloat16_linear(weight, bias)
 
     def rms_norm_kernel(
         self, weight: torch.Tensor, eps: float

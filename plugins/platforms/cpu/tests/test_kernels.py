@@ -13,28 +13,42 @@ _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
 
 
+@pytest.fixture(autouse=True)
+def _kernels_loaded() -> None:
+    kernels.load()
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13, 16])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_small_linear_matches_torch(rows: int, with_bias: bool) -> None:
+def test_small_linear_matches_the_exact_product(rows: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows)
     # 600 inputs: a masked tail after the 32-wide steps; 200 outputs: a partial row tile.
     x = torch.randn(rows, 600, generator=gen).bfloat16()
     weight = torch.randn(200, 600, generator=gen).bfloat16()
     bias = torch.randn(200, generator=gen).bfloat16() if with_bias else None
-    got = kernels.small_batch_linear(weight, bias)(x)
+    got = torch.ops.frame_cpu.small_linear(x, weight, bias)
     exact = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
     assert got.dtype == torch.bfloat16 and got.shape == (rows, 200)
     # One bfloat16 rounding of a float32 sum: within an ulp of bfloat16 (2^-8 relative) of the exact value.
     torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
 
 
-def test_small_linear_hands_large_or_other_batches_to_torch() -> None:
+@pytest.mark.parametrize("rows", [3, 64, 300])
+def test_larger_batches_take_prepacked_onednn_bitwise_equal_to_f_linear(rows: int) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    weight, bias = torch.randn(96, 48, generator=gen).bfloat16(), torch.randn(96, generator=gen).bfloat16()
+    linear = kernels.bfloat16_linear(weight, bias)
+    x = torch.randn(rows, 48, generator=gen).bfloat16()
+    assert torch.equal(linear(x), F.linear(x, weight, bias))
+
+
+def test_other_shapes_and_dtypes_go_to_f_linear() -> None:
     weight = torch.randn(64, 32).bfloat16()
-    linear = kernels.small_batch_linear(weight, None)
-    many = torch.randn(kernels.SMALL_BATCH_ROWS + 1, 32).bfloat16()
-    assert torch.equal(linear(many), F.linear(many, weight))
+    linear = kernels.bfloat16_linear(weight, None)
     batched = torch.randn(2, 3, 32).bfloat16()
     assert torch.equal(linear(batched), F.linear(batched, weight))
+    single = torch.randn(1, 32).bfloat16()
+    assert torch.equal(linear(single), torch.ops.frame_cpu.small_linear(single, weight, None))
 
 
 @pytest.mark.parametrize("rows", [1, 5, 64])
