@@ -44,10 +44,12 @@ def test_prefills_longer_than_a_tile_and_long_decodes(heads: int, kv_heads: int)
     torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-5, rtol=1e-4)
 
 
-def test_bfloat16_cache_with_bfloat16_queries() -> None:
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 120, 33], [70, 1, 1], 16, 9, 3, 64, seed=1)
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
+def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: int) -> None:
+    # Decodes take the bfloat16 dot-product path (on CPUs with AVX-512 BF16), including a partial last chunk.
+    q, k, v, k_cache, v_cache, meta = _long_batch([0, 120, 33, 7], [70, 1, 1, 1], 16, heads, kv_heads, dim, seed=1)
     q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
-    out = CpuPagedAttention(9, 3, 64, 0.125, torch.bfloat16).forward(q, k, v, k_cache, v_cache, meta)
+    out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16).forward(q, k, v, k_cache, v_cache, meta)
     assert out.dtype == torch.bfloat16
     expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)

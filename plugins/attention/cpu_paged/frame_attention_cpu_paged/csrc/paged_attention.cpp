@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -32,7 +33,8 @@ namespace {
 constexpr int kChunk = 16;          // keys per online-softmax step
 constexpr int kTargetRows = 64;     // query rows (tokens x grouped heads) a prefill tile aims for
 constexpr int kDirectMaxRows = 8;
-constexpr int kPrefetchAhead = 24;  // keys: about one chunk of compute ahead of the loads   // up to this many rows an item takes the direct (decode) path
+constexpr int kPrefetchAhead = 24;
+constexpr int kMaxKvHeads = 64;     // the bfloat16 decode path keeps a pointer per KV head and key  // keys: about one chunk of compute ahead of the loads   // up to this many rows an item takes the direct (decode) path
 constexpr float kMasked = -1e30f;   // finite "minus infinity": the exp below clamps it to ~0 and never NaNs
 
 inline float to_float(float x) { return x; }
@@ -147,6 +149,7 @@ struct Problem {
 // output accumulator.
 struct Accumulator {
   std::vector<float> q, acc, max, sum;
+  std::vector<uint16_t> qb;  // bfloat16 queries, unscaled, for the bfloat16 decode path
   void reset(int64_t rows, int64_t dim) {
     q.assign((rows + 3) * dim, 0.0f);  // padded: the tile path multiplies rows four at a time
     acc.assign(rows * dim, 0.0f);
@@ -279,6 +282,53 @@ void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0,
 }
 #endif
 
+#if defined(__AVX512BF16__)
+// Sixteen vectors to one: lane j holds the sum of a[j]'s lanes (about 3 instructions per vector, against 8 for
+// one _mm512_reduce_add_ps each).
+inline __m512 reduce16(const __m512* a) {
+  __m512 z[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g], a[4 * g + 1]),
+                                   _mm512_unpackhi_ps(a[4 * g], a[4 * g + 1]));
+    const __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g + 2], a[4 * g + 3]),
+                                   _mm512_unpackhi_ps(a[4 * g + 2], a[4 * g + 3]));
+    // Each 128-bit lane l now holds the partial sums over its 4 elements of keys 4g..4g+3.
+    z[g] = _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Decode rows over a bfloat16 cache with bfloat16 queries: scores straight from the cache with vdpbf16ps (no
+// float copy of K; the products are exact, the sums float32), sixteen keys reduced at once.
+template <int D>
+void bf16_direct_chunk(const HeadRows& h, const uint16_t* qb, const uint16_t* const* krows, const float* vr,
+                       int64_t k0, int n, float scale) {
+  alignas(64) float probs[kChunk];
+  __m512 dots[kChunk];
+  for (int64_t r = 0; r < h.rows; ++r) {
+    const int valid = static_cast<int>(std::min<int64_t>(n, h.first_pos + r / h.groups - k0 + 1));
+    if (valid <= 0) continue;
+    __m512bh q[D / 32];
+    for (int c = 0; c < D / 32; ++c) q[c] = (__m512bh)_mm512_loadu_si512(qb + r * D + 32 * c);
+    for (int j = 0; j < kChunk; ++j) {
+      __m512 a = _mm512_setzero_ps();
+      if (j < valid)
+        for (int c = 0; c < D / 32; ++c) a = _mm512_dpbf16_ps(a, q[c], (__m512bh)_mm512_loadu_si512(krows[j] + 32 * c));
+      dots[j] = a;
+    }
+    const __m512 scores = _mm512_mul_ps(reduce16(dots), _mm512_set1_ps(scale));
+    float* acc = h.acc + r * D;
+    _mm512_store_ps(probs, fold16<D>(scores, valid, h.max[r], h.sum[r], acc));
+    accumulate_values<D>(probs, valid, vr, acc);
+  }
+}
+#endif
+
 // Ask for one key's K/V rows (every KV head) ahead of use: the blocks lie scattered in the pool, so the
 // hardware prefetcher cannot guess them.
 template <typename cache_t, typename query_t>
@@ -316,6 +366,25 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
   const int64_t end = first_pos + tokens;
   const bool direct = head_rows <= kDirectMaxRows;
   const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
+#if defined(__AVX512BF16__)
+  constexpr bool kBf16 = std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> &&
+                         D > 0 && D % 32 == 0;
+  const bool bf16_direct = kBf16 && direct;
+  const uint16_t* krows[kMaxKvHeads][kChunk];
+  if (bf16_direct && kv_heads > kMaxKvHeads) TORCH_CHECK(false, "too many KV heads for the bfloat16 decode path");
+  if (bf16_direct) {
+    st.qb.resize(kv_heads * head_rows * dim);
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t g = 0; g < groups; ++g) {
+          const auto* src = reinterpret_cast<const uint16_t*>(
+              p.query + ((q_start + item.first_token + t) * p.heads + h * groups + g) * dim);
+          std::memcpy(st.qb.data() + ((h * tokens + t) * groups + g) * dim, src, dim * sizeof(uint16_t));
+        }
+  }
+#else
+  const bool bf16_direct = false;
+#endif
   for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
     // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
@@ -334,6 +403,12 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         float* vd = vbuf.data() + h * head_stride + j * dim;
         float* kd = kbuf.data() + h * head_stride;
         for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
+#if defined(__AVX512BF16__)
+        if (bf16_direct) {
+          krows[h][j] = reinterpret_cast<const uint16_t*>(k);
+          continue;
+        }
+#endif
         if (direct) {
           for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
         } else {
@@ -351,6 +426,14 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
                           head_rows, groups, first_pos};
       const float* kt = kbuf.data() + h * head_stride;
       const float* vr = vbuf.data() + h * head_stride;
+#if defined(__AVX512BF16__)
+      if constexpr (kBf16) {
+        if (bf16_direct) {
+          bf16_direct_chunk<D>(rows, st.qb.data() + r0 * dim, krows[h], vr, k0, n, p.scale);
+          continue;
+        }
+      }
+#endif
 #if defined(__AVX512F__)
       if constexpr (D > 0 && D % 16 == 0) {
         simd_chunk<D>(rows, kt, vr, k0, n, direct);
