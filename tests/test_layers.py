@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, attach_platform_kernels
+from frame.layers import Linear, RMSNorm, SiluAndMul, attach_platform_kernels
 from torch import nn
 
 
@@ -39,15 +39,14 @@ class RecordingPlatform(Platform):
     def preferred_attention(self, installed):
         return installed[0]
 
-    def linear_kernel(self, weight, bias):
+    def layer_kernel(self, layer):
         if not self.offer:
             return None
-        return lambda x: torch.full((*x.shape[:-1], weight.shape[0]), 7.0)
-
-    def rms_norm_kernel(self, weight, eps):
-        if not self.offer:
-            return None
-        return lambda x, residual: None if self.norm_declines else (torch.full_like(x, 9.0), x)
+        if isinstance(layer, Linear):
+            return lambda x: torch.full((*x.shape[:-1], layer.weight.shape[0]), 7.0)
+        if isinstance(layer, RMSNorm):
+            return lambda x, residual: None if self.norm_declines else (torch.full_like(x, 9.0), x)
+        return lambda x: torch.zeros(x.shape[0], x.shape[1] // 2)
 
 
 def _model() -> nn.Module:
@@ -55,6 +54,7 @@ def _model() -> nn.Module:
     model.proj = Linear(4, 3, True, torch.device("cpu"), torch.float32)
     model.norm = RMSNorm(4, 1e-6, torch.device("cpu"), torch.float32)
     model.tied = Linear(3, 4, False, torch.device("cpu"), torch.float32, weight=model.proj.weight)
+    model.act = SiluAndMul()
     for p in model.parameters():
         p.data.normal_()
     return model
@@ -79,7 +79,8 @@ def test_norm_reference_adds_the_residual_then_normalises_in_float32() -> None:
 def test_platform_kernels_attach_and_serve() -> None:
     model = _model()
     platform = RecordingPlatform()
-    assert attach_platform_kernels(model, platform) == 3
+    assert attach_platform_kernels(model, platform) == 4
+    assert torch.equal(model.act(torch.ones(2, 6)), torch.zeros(2, 3))
     x = torch.randn(2, 4)
     assert torch.equal(model.proj(x), torch.full((2, 3), 7.0))
     out, summed = model.norm(x, x)
@@ -94,3 +95,5 @@ def test_a_platform_without_kernels_leaves_torch_in_place() -> None:
     model = _model()
     assert attach_platform_kernels(model, RecordingPlatform(offer=False)) == 0
     assert model.proj.kernel is None and model.norm.kernel is None
+    x = torch.randn(2, 6)
+    assert torch.equal(model.act(x), F.silu(x[:, :3]) * x[:, 3:])

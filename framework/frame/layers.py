@@ -1,14 +1,15 @@
 """Layers model families build from, whose kernels a platform may take over once the weights are loaded.
 
-Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits) and :class:`RMSNorm` for
-their norms. After loading, :func:`attach_platform_kernels` asks the platform for a faster kernel per layer
-(:meth:`Platform.linear_kernel`, :meth:`Platform.rms_norm_kernel`): a CPU's small-batch bfloat16 matmul, a
-fused residual-add norm. Without one, the plain torch code below runs; it is also the reference.
+Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits), :class:`RMSNorm` for their
+norms and :class:`SiluAndMul` for SwiGLU. After loading, :func:`attach_platform_kernels` asks the platform for a
+faster kernel per layer (:meth:`Platform.layer_kernel`): a CPU's prepacked or small-batch bfloat16 matmul, a fused
+residual-add norm, a fused activation. Without one, the plain torch code below runs; it is also the reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,10 +17,9 @@ from torch import nn
 
 from frame.interfaces.platform import Platform
 
-#: ``kernel(x) == F.linear(x, weight, bias)`` up to rounding, for ``x`` ``[..., in_features]``.
-LinearKernel = Callable[[torch.Tensor], torch.Tensor]
-#: ``kernel(x, residual) == RMSNorm.reference(x, residual)``; may return None to decline (then torch runs).
-NormKernel = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]
+#: A platform's replacement for a layer's computation: same arguments as the layer's ``forward``, same result up
+#: to rounding, or None to decline this call (then the layer's torch reference runs).
+LayerKernel = Callable[..., Any]
 
 
 def empty_parameter(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
@@ -27,7 +27,13 @@ def empty_parameter(*shape: int, device: torch.device, dtype: torch.dtype) -> nn
     return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)
 
 
-class Linear(nn.Module):
+class KernelLayer(nn.Module):
+    """A layer whose computation a platform may replace after loading (:attr:`kernel`, None: torch's)."""
+
+    kernel: LayerKernel | None = None
+
+
+class Linear(KernelLayer):
     """``y = x W^T + b``; ``weight`` is ``[out, in]``; parameters start uninitialised, loading fills them."""
 
     def __init__(self, n_in: int, n_out: int, bias: bool, device: torch.device, dtype: torch.dtype,
@@ -36,22 +42,38 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = weight if weight is not None else empty_parameter(n_out, n_in, device=device, dtype=dtype)
         self.bias = empty_parameter(n_out, device=device, dtype=dtype) if bias else None
-        self.kernel: LinearKernel | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
-            return self.kernel(x)
+            out = self.kernel(x)
+            if out is not None:
+                return out
         return F.linear(x, self.weight, self.bias)
 
 
-class RMSNorm(nn.Module):
+class SiluAndMul(KernelLayer):
+    """SwiGLU's activation: ``silu(gate) * up`` for ``x = [gate | up]`` ``[tokens, 2 * intermediate]``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            fused = self.kernel(x)
+            if fused is not None:
+                return fused
+        return self.reference(x)
+
+    @staticmethod
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+class RMSNorm(KernelLayer):
     """RMS normalisation in float32, optionally adding the residual stream first (as Llama-style blocks do)."""
 
     def __init__(self, size: int, eps: float, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = empty_parameter(size, device=device, dtype=dtype)
         self.eps = eps
-        self.kernel: NormKernel | None = None
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``."""
@@ -71,14 +93,10 @@ class RMSNorm(nn.Module):
 
 
 def attach_platform_kernels(model: nn.Module, platform: Platform) -> int:
-    """Give every :class:`Linear` and :class:`RMSNorm` of ``model`` the platform's kernel; returns how many took one."""
+    """Give every :class:`KernelLayer` of ``model`` the platform's kernel for it; returns how many took one."""
     attached = 0
     for module in model.modules():
-        if isinstance(module, Linear):
-            module.kernel = platform.linear_kernel(module.weight, module.bias)
-        elif isinstance(module, RMSNorm):
-            module.kernel = platform.rms_norm_kernel(module.weight, module.eps)
-        else:
-            continue
-        attached += module.kernel is not None
+        if isinstance(module, KernelLayer):
+            module.kernel = platform.layer_kernel(module)
+            attached += module.kernel is not None
     return attached

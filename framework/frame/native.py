@@ -38,7 +38,8 @@ def missing_tools() -> str | None:
 def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> Path:
     """Where ``sources`` built with ``cflags`` for this torch and this CPU live."""
     digest = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sources), " ".join([*cflags, "-fopenmp"]).encode(), torch.__version__.encode(),
+    flags = " ".join([*cflags, "-fopenmp"])
+    for part in (*(s.read_bytes() for s in sources), flags.encode(), torch.__version__.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         digest.update(part)
     root = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -57,22 +58,12 @@ class Platform(ABC):
     def set_up(self) -> None:  # noqa: B027 - optional hook
         """Called once before the model loads (thread counts, allocator settings)."""
 
-    def linear_kernel(
-        self, weight: torch.Tensor, bias: torch.Tensor | None
-    ) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """A faster ``F.linear(x, weight, bias)`` for this loaded weight here, or None to keep torch's own.
+    def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
+        """A faster kernel for one loaded :class:`frame.layers.KernelLayer` here, or None to keep torch's code.
 
-        Called once per :class:`frame.layers.Linear` after the weights load; the returned callable may keep a
-        prepacked copy of the weight and may fall back to ``F.linear`` for shapes it does not speed up.
-        """
-        return None
-
-    def rms_norm_kernel(
-        self, weight: torch.Tensor, eps: float
-    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None] | None:
-        """A fused ``(norm(x + residual) * weight, x + residual)`` for this loaded weight, or None for torch's.
-
-        Called once per :class:`frame.layers.RMSNorm` after the weights load. The callable may return None for
-        inputs it does not handle (another dtype); the layer then computes the reference itself.
+        Called once per such layer (``Linear``, ``RMSNorm``, ``SiluAndMul``) after the weights load. The kernel
+        takes the layer's ``forward`` arguments and returns its result up to rounding, or None for a call it does
+        not handle (another dtype or shape), which then runs the layer's torch reference. It may keep state made
+        once, such as a prepacked copy of the weight.
         """
         return None

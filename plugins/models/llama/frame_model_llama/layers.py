@@ -4,9 +4,8 @@ linears are the core's layers, so platform kernels can serve them)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
-from frame.layers import Linear, RMSNorm
+from frame.layers import Linear, RMSNorm, SiluAndMul
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
@@ -46,14 +45,12 @@ class MLP(nn.Module):
 
     def __init__(self, args: LlamaArgs, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.intermediate = args.intermediate_size
         self.gate_up = Linear(args.hidden_size, 2 * args.intermediate_size, args.mlp_bias, device, dtype)
+        self.act = SiluAndMul()
         self.down_proj = Linear(args.intermediate_size, args.hidden_size, args.mlp_bias, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up(x)
-        gate, up = gate_up[:, : self.intermediate], gate_up[:, self.intermediate :]
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(self.gate_up(x)))
 
 
 class DecoderLayer(nn.Module):

@@ -1,4 +1,5 @@
-"""The platform's C++ kernels (``csrc/*.cpp``: small-batch bfloat16 linear, fused residual-add RMSNorm).
+"""The platform's C++ kernels (``csrc/*.cpp``: small-batch bfloat16 linear, fused residual-add RMSNorm,
+fused SwiGLU activation).
 
 Built for this CPU on first use (:mod:`frame.native`).
 
@@ -35,8 +36,8 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
     prepacked once into its blocked layout (bitwise equal to ``F.linear``, which repacks on every call: 1.2-1.5x
     slower from 4 to 128 rows here)."""
     load()
-    small = torch.ops.frame_cpu.small_linear
-    pointwise = torch.ops.mkldnn._linear_pointwise
+    small = torch.ops.frame_cpu.small_linear.default
+    pointwise = torch.ops.mkldnn._linear_pointwise.default
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
     def linear(x: torch.Tensor) -> torch.Tensor:
@@ -52,7 +53,7 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
 def fused_add_rms_norm(weight: torch.Tensor, eps: float):
     """Residual add plus RMSNorm in one native pass for bfloat16 rows; None (torch's path) for other dtypes."""
     load()
-    op = torch.ops.frame_cpu.add_rms_norm
+    op = torch.ops.frame_cpu.add_rms_norm.default
 
     def norm(x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         if x.dtype != torch.bfloat16 or residual.dtype != torch.bfloat16 or x.dim() != 2:
@@ -60,3 +61,16 @@ def fused_add_rms_norm(weight: torch.Tensor, eps: float):
         return op(x, residual, weight, eps)
 
     return norm
+
+
+def fused_silu_and_mul():
+    """SwiGLU's ``silu(gate) * up`` in one native pass for bfloat16 rows; None (torch's path) otherwise."""
+    load()
+    op = torch.ops.frame_cpu.silu_and_mul.default
+
+    def act(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dtype != torch.bfloat16 or x.dim() != 2:
+            return None
+        return op(x)
+
+    return act

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
+from frame.layers import Linear, RMSNorm, SiluAndMul
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import kernels, probe
@@ -86,24 +88,21 @@ class CpuPlatform(Platform):
             raise ConfigError("No attention backend is installed; install frame-attention-sdpa.", param="attn")
         return sorted(installed)[0]
 
-    def linear_kernel(
-        self, weight: torch.Tensor, bias: torch.Tensor | None
-    ) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """For bfloat16 weights on CPUs with AVX-512 BF16: the native kernel for one or two rows, a prepacked
-        oneDNN GEMM beyond; otherwise torch's own."""
-        if not self.options.native_kernels or weight.dtype != torch.bfloat16 or not probe.has_bf16():
+    def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
+        """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel for one or two rows, prepacked
+        oneDNN beyond), the fused residual-add norm and the fused SwiGLU activation; float32 keeps torch's
+        (bit-exact) path."""
+        if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
             return None
-        if kernels.unavailable_reason() is not None or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            return None
-        return kernels.bfloat16_linear(weight, bias)
-
-    def rms_norm_kernel(
-        self, weight: torch.Tensor, eps: float
-    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None] | None:
-        """The native fused residual-add norm for bfloat16 models; float32 keeps torch's (bit-exact) path."""
-        if not self.options.native_kernels or weight.dtype != torch.bfloat16 or kernels.unavailable_reason():
-            return None
-        return kernels.fused_add_rms_norm(weight, eps)
+        if isinstance(layer, Linear):
+            if layer.weight.dtype != torch.bfloat16 or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+                return None
+            return kernels.bfloat16_linear(layer.weight, layer.bias)
+        if isinstance(layer, RMSNorm):
+            return kernels.fused_add_rms_norm(layer.weight, layer.eps) if layer.weight.dtype == torch.bfloat16 else None
+        if isinstance(layer, SiluAndMul):
+            return kernels.fused_silu_and_mul()
+        return None
 
     def set_up(self) -> None:
         """Set torch's intra-op thread count."""

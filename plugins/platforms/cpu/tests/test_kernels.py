@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from frame.layers import RMSNorm
+from frame.layers import Linear, RMSNorm, SiluAndMul
 from frame_platform_cpu import kernels, probe
 from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
@@ -70,14 +70,24 @@ def test_fused_norm_declines_float32() -> None:
     assert kernels.fused_add_rms_norm(weight, 1e-6)(torch.ones(2, 8), torch.ones(2, 8)) is None
 
 
-def test_the_platform_offers_kernels_for_bfloat16_weights_only() -> None:
+def test_fused_silu_and_mul_matches_torch_within_a_step() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(37, 2 * 300, generator=gen) * 4).bfloat16()
+    got = kernels.fused_silu_and_mul()(x)
+    expected = SiluAndMul.reference(x)
+    assert got is not None and got.shape == expected.shape
+    torch.testing.assert_close(got.float(), expected.float(), rtol=8e-3, atol=1e-3)
+    assert (got != expected).float().mean() < 0.01
+    assert kernels.fused_silu_and_mul()(x.float()) is None
+
+
+def test_the_platform_offers_kernels_for_bfloat16_layers_only() -> None:
+    cpu = torch.device("cpu")
     platform = CpuPlatform()
-    float_weight = torch.randn(4, 4)
-    assert platform.linear_kernel(float_weight, None) is None
-    assert platform.rms_norm_kernel(torch.ones(4), 1e-6) is None
+    assert platform.layer_kernel(Linear(4, 4, False, cpu, torch.float32)) is None
+    assert platform.layer_kernel(RMSNorm(4, 1e-6, cpu, torch.float32)) is None
+    bf16_layers = [Linear(4, 4, False, cpu, torch.bfloat16), RMSNorm(4, 1e-6, cpu, torch.bfloat16), SiluAndMul()]
     if probe.has_bf16():
-        assert platform.linear_kernel(float_weight.bfloat16(), None) is not None
-        assert platform.rms_norm_kernel(torch.ones(4, dtype=torch.bfloat16), 1e-6) is not None
+        assert all(platform.layer_kernel(layer) is not None for layer in bf16_layers)
     off = CpuPlatform(CpuOptions(native_kernels=False))
-    assert off.linear_kernel(float_weight.bfloat16(), None) is None
-    assert off.rms_norm_kernel(torch.ones(4, dtype=torch.bfloat16), 1e-6) is None
+    assert all(off.layer_kernel(layer) is None for layer in bf16_layers)
