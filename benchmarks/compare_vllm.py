@@ -6,16 +6,27 @@ vLLM is never a dependency of frame: it lives in its own virtual environment (fo
 ``--vllm-python`` (or when that interpreter cannot import vllm) only frame runs, and the report says why.
 
     .venv/bin/python benchmarks/compare_vllm.py --vllm-python /opt/vllm/bin/python --rounds 3
+    .venv/bin/python benchmarks/compare_vllm.py --vllm-python /opt/vllm/bin/python --workload shared_prefix
+    .venv/bin/python benchmarks/compare_vllm.py --vllm-python /opt/vllm/bin/python --only vllm --show-vllm-log
+
+Workloads are frame's (``mixed_batch``, ``single_stream``, ``shared_prefix``, ...); ``ISSUE_OPTIONS`` sizes them as
+the vLLM reference numbers were measured, and ``--workload-opt`` overrides that. vLLM gets ``VLLM_ENV`` (its CPU
+settings for a small machine; see there) unless ``--vllm-env`` says otherwise. Each round also records the CPU
+time that processes outside this benchmark took (``bg cores``): on a 2-core host a busy neighbour halves either
+system, so a round with ``bg cores`` well above 0 is not a fair number.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +39,129 @@ from rich.table import Table
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
 
+#: Workload options as the reference vLLM numbers were measured (frame's defaults elsewhere are smaller).
+ISSUE_OPTIONS: dict[str, dict[str, Any]] = {
+    "mixed_batch": {"num_requests": 64, "prompt_len": [50, 400], "max_tokens": 128},
+    "single_stream": {"max_tokens": 256},
+    "shared_prefix": {"num_requests": 64, "prefix_len": 1000, "max_tokens": 64},
+}
+
+#: vLLM CPU settings, for its engine process tree. By default vLLM-CPU reserves one core per worker for its
+#: scheduler process and binds the model's OpenMP threads to the rest, so on a 2-core machine the model runs on a
+#: single core; no reserved core lets it use both. The KV cache gets a fixed 4 GiB (plenty: 64 x 1100 tokens
+#: of this model is ~1.6 GiB) instead of a share of RAM, which keeps it from reserving half the machine.
+VLLM_ENV: dict[str, str] = {
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    "VLLM_CPU_KVCACHE_SPACE": "4",
+}
+
+#: Libraries vLLM-CPU asks for in LD_PRELOAD (it warns at start-up when they are missing): tcmalloc and Intel
+#: OpenMP, which vLLM then pins with KMP_AFFINITY. Searched under the vLLM environment's ``lib`` and the system's.
+PRELOAD_LIBRARIES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libiomp5.so")
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def vllm_preload(python: str) -> str | None:
+    """An ``LD_PRELOAD`` value with the tcmalloc and libiomp5 found for ``python``'s environment, or None."""
+    found: dict[str, Path] = {}
+    for name in PRELOAD_LIBRARIES:
+        for folder in (Path(python).parent.parent / "lib", *map(Path, LIBRARY_DIRS)):
+            kind = name.split(".")[0].split("_")[0]  # one tcmalloc and one libiomp5 at most
+            if kind not in found and (folder / name).is_file():
+                found[kind] = folder / name
+    return ":".join(str(p) for p in found.values()) or None
+
+
+def _children() -> dict[int, list[int]]:
+    """Every live process's child pids, from ``/proc/*/stat``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its live descendants (Linux only; just ``[pid]`` elsewhere)."""
+    if not Path("/proc/self/stat").exists():
+        return [pid]
+    children, tree, todo = _children(), [], [pid]
+    while todo:
+        tree.append(current := todo.pop())
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def _status_kib(pid: int, field: str) -> int:
+    """A ``kB`` field (``VmHWM``, ``VmRSS``) of ``/proc/PID/status``; 0 when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident memory of ``pid``'s process tree: the sum of each live process's ``VmHWM``, in MiB.
+
+    Processes peak at different moments, so the sum can overstate the tree's joint peak a little; it never
+    understates a process that is still alive.
+    """
+    return sum(_status_kib(p, "VmHWM") for p in process_tree(pid)) / 1024
+
+
+def reset_peak_rss() -> None:
+    """Restart this process's ``VmHWM`` from its current RSS (Linux ``clear_refs``), so setup peaks don't count."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+class CpuMeter:
+    """How many cores processes outside this benchmark's own process tree kept busy between two readings."""
+
+    def __init__(self) -> None:
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+        own = 0
+        for pid in process_tree(os.getpid()):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            own += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])  # utime, stime
+        return time.monotonic(), busy / self.tick, own / self.tick
+
+    def foreign_cores(self) -> float | None:
+        """Average cores that other processes used since the last call (None where /proc is missing)."""
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0]))
+
 
 class VllmProcess:
     """vLLM's driver in its own interpreter; ``run()`` times one round of every prompt."""
 
-    def __init__(self, python: str, spec_path: Path) -> None:
+    def __init__(self, python: str, spec_path: Path, env: dict[str, str], show_log: bool = False) -> None:
+        self.show_log = show_log
         self.proc = subprocess.Popen([python, str(DRIVER), str(spec_path)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
         if self._read("READY") is None:
             raise RuntimeError(f"vLLM did not start (exit {self.proc.wait()}); its error is printed above")
 
@@ -43,6 +170,8 @@ class VllmProcess:
         for line in self.proc.stdout:
             if line.startswith(tag):
                 return line[len(tag):].strip()
+            if self.show_log:
+                sys.stderr.write(line)
         return None
 
     def run(self) -> dict[str, Any]:
@@ -52,7 +181,9 @@ class VllmProcess:
         line = self._read("RESULT")
         if line is None:
             raise RuntimeError(f"vLLM stopped (exit {self.proc.wait()})")
-        return json.loads(line)
+        result: dict[str, Any] = json.loads(line)
+        result["peak_rss_mib"] = peak_rss_mib(self.proc.pid)  # read while vLLM's engine processes are alive
+        return result
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -113,8 +244,18 @@ def vllm_missing(python: str | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", default=None, help="python of a virtual environment with vLLM installed")
-    parser.add_argument("--workload", default="mixed_batch")
-    parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--workload", default="mixed_batch",
+                        help="a frame workload, e.g. mixed_batch, single_stream, shared_prefix")
+    parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a workload option (after ISSUE_OPTIONS)")
+    parser.add_argument("--only", choices=["frame", "vllm"], default=None, help="run one system only")
+    parser.add_argument("--vllm-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment for vLLM's process, over VLLM_ENV (KEY= drops a default)")
+    parser.add_argument("--vllm-engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra LLM(...) keyword argument, value as JSON (e.g. max_num_batched_tokens=8192)")
+    parser.add_argument("--vllm-warmup-rounds", type=int, default=1,
+                        help="untimed runs of the whole workload before vLLM's timed rounds")
+    parser.add_argument("--show-vllm-log", action="store_true", help="echo vLLM's own log to stderr")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per system, alternating")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
@@ -122,50 +263,89 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     console = Console()
+    systems = ["frame", "vllm"] if args.only is None else [args.only]
 
     config = build_config(dtype=args.dtype, max_model_len=args.max_model_len)
     engine = EngineCore(config)
     tokenizer = engine.source.tokenizer
-    requests = load_workloads().get(args.workload).generate(tokenizer, args.seed,
-                                                            **parse_key_values(args.workload_opt, "--workload-opt"))
-    why_not = vllm_missing(args.vllm_python)
+    options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}
+    requests = load_workloads().get(args.workload).generate(tokenizer, args.seed, **options)
+    why_not = vllm_missing(args.vllm_python) if "vllm" in systems else "--only frame"
+    if why_not is not None and args.only == "vllm":
+        console.print(f"[red]vLLM cannot run:[/red] {why_not}")
+        return 1
+    preload = vllm_preload(args.vllm_python) if args.vllm_python else None
+    overrides = {k: str(v) for k, v in parse_key_values(args.vllm_env, "--vllm-env").items()}
+    vllm_env = {**VLLM_ENV, **({"LD_PRELOAD": preload} if preload else {}), **overrides}
+    vllm_env = {k: v for k, v in vllm_env.items() if v not in ("", "None")}
+    engine_args = {k: json.loads(v) if isinstance(v, str) else v
+                   for k, v in (item.split("=", 1) for item in args.vllm_engine_arg)}
     vllm = None
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-") as tmp:
         if why_not is None:
             folder = export_hf_folder(engine, args.dtype)
             spec = {"model": str(folder), "tokenizer": str(folder), "dtype": args.dtype,
                     "max_model_len": args.max_model_len, "prompts": [list(r.prompt_token_ids) for r in requests],
-                    "max_tokens": [r.params.max_tokens for r in requests]}
+                    "max_tokens": [r.params.max_tokens for r in requests], "engine_args": engine_args,
+                    "warmup_rounds": args.vllm_warmup_rounds}
             (Path(tmp) / "prompts.json").write_text(json.dumps(spec))
-            vllm = VllmProcess(args.vllm_python, Path(tmp) / "prompts.json")
-        else:
+            console.print(f"vLLM env: {' '.join(f'{k}={v}' for k, v in vllm_env.items())}"
+                          + (f"; engine args: {engine_args}" if engine_args else ""))
+            vllm = VllmProcess(args.vllm_python, Path(tmp) / "prompts.json", vllm_env, args.show_vllm_log)
+        elif "vllm" in systems:
             console.print(f"[yellow]vLLM skipped:[/yellow] {why_not}; measuring frame only.")
-        warm_up(engine)
+        run_frame = "frame" in systems
+        if run_frame:
+            reset_peak_rss()  # the engine is loaded; the GGUF export's transformers model is not frame's memory
+            warm_up(engine)
         rounds: dict[str, list[float]] = {"frame": [], "vllm": []}
+        background: dict[str, list[float | None]] = {"frame": [], "vllm": []}
+        ttft: dict[str, list[float]] = {"frame": [], "vllm": []}
+        peak: dict[str, float] = {}
         outputs: dict[str, list[list[int]]] = {}
+        meter = CpuMeter()
         for i in range(args.rounds):
-            engine.cache.reset()
-            result = drive(engine, requests)
-            rounds["frame"].append(result.summary()["output_tok_s"])
-            outputs["frame"] = [t.output_token_ids for t in result.timings]
+            if run_frame:
+                engine.cache.reset()
+                meter.foreign_cores()
+                result = drive(engine, requests)
+                background["frame"].append(meter.foreign_cores())
+                summary = result.summary()
+                rounds["frame"].append(summary["output_tok_s"])
+                if len(requests) == 1 and result.timings[0].ttft is not None:
+                    ttft["frame"].append(result.timings[0].ttft)
+                outputs["frame"] = [t.output_token_ids for t in result.timings]
+                peak["frame"] = _status_kib(os.getpid(), "VmHWM") / 1024
             if vllm is not None:
+                meter.foreign_cores()
                 theirs = vllm.run()
+                background["vllm"].append(meter.foreign_cores())
                 rounds["vllm"].append(theirs["output_tokens"] / theirs["elapsed_s"])
+                if theirs.get("ttft_s") is not None:
+                    ttft["vllm"].append(theirs["ttft_s"])
                 outputs["vllm"] = theirs["outputs"]
-            console.print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} tok/s" for k, v in rounds.items() if v))
+                peak["vllm"] = max(peak.get("vllm", 0.0), theirs["peak_rss_mib"])
+            console.print(f"round {i + 1}: " + ", ".join(
+                f"{k} {v[-1]:.1f} tok/s (bg {_cores(background[k][-1])} cores)" for k, v in rounds.items() if v)
+                + f"; load {os.getloadavg()[0]:.2f}")
         if vllm is not None:
             vllm.close()
 
     table = Table(title=f"{args.workload}: {len(requests)} requests, {args.dtype}, output tokens/s")
-    for column in ("system", "median", "rounds"):
+    for column in ("system", "median", "rounds", "bg cores", "TTFT ms", "peak RSS MiB"):
         table.add_column(column)
     for name, values in rounds.items():
         if values:
-            table.add_row(name, f"{statistics.median(values):.1f}", " ".join(f"{v:.1f}" for v in values))
+            table.add_row(name, f"{statistics.median(values):.1f}", " ".join(f"{v:.1f}" for v in values),
+                          " ".join(_cores(b) for b in background[name]),
+                          f"{statistics.median(ttft[name]) * 1000:.0f}" if ttft[name] else "-",
+                          f"{peak[name]:.0f}")
     console.print(table)
-    report: dict[str, Any] = {"workload": args.workload, "requests": len(requests), "rounds": rounds,
+    report: dict[str, Any] = {"workload": args.workload, "workload_options": options, "requests": len(requests),
+                              "rounds": rounds, "background_cores": background, "ttft_s": ttft,
+                              "peak_rss_mib": peak, "vllm_env": vllm_env, "vllm_engine_args": engine_args,
                               "vllm_skipped": why_not}
-    if rounds["vllm"]:
+    if rounds["vllm"] and rounds["frame"]:
         ratio = statistics.median(rounds["frame"]) / statistics.median(rounds["vllm"])
         same = sum(a == b for a, b in zip(outputs["frame"], outputs["vllm"], strict=True)) / len(requests)
         console.print(f"frame / vLLM: {ratio:.2f}x; greedy outputs identical for {same:.0%} of requests")
@@ -173,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _cores(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":
