@@ -31,7 +31,7 @@
 namespace {
 
 constexpr int kChunk = 16;          // keys per online-softmax step
-constexpr int kTargetRows = 64;     // query rows (tokens x grouped heads) a prefill tile aims for
+constexpr int kTargetRows = 192;     // query rows (tokens x grouped heads) a prefill tile aims for
 constexpr int kDirectMaxRows = 8;
 constexpr int kPrefetchAhead = 24;
 constexpr int kMaxKvHeads = 64;     // the bfloat16 decode path keeps a pointer per KV head and key  // keys: about one chunk of compute ahead of the loads   // up to this many rows an item takes the direct (decode) path
