@@ -1,9 +1,10 @@
 """Layers model families build from, whose kernels a platform may take over once the weights are loaded.
 
 Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits), :class:`RMSNorm` for their
-norms and :class:`SiluAndMul` for SwiGLU. After loading, :func:`attach_platform_kernels` asks the platform for a
-faster kernel per layer (:meth:`Platform.layer_kernel`): a CPU's prepacked or small-batch bfloat16 matmul, a fused
-residual-add norm, a fused activation. Without one, the plain torch code below runs; it is also the reference.
+norms, :class:`SiluAndMul` for SwiGLU and :class:`RotateHalves` for rotary embeddings. After loading,
+:func:`attach_platform_kernels` asks the platform for a faster kernel per layer (:meth:`Platform.layer_kernel`): a
+CPU's prepacked or small-batch bfloat16 matmul, a fused residual-add norm, fused activation and rotary. Without
+one, the plain torch code below runs; it is also the reference.
 """
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ class SiluAndMul(KernelLayer):
     def reference(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+class RotateHalves(KernelLayer):
+    """Rotary embedding applied in place, the first half of each head paired with the second (GPT-NeoX style)."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """Rotate ``x`` ``[tokens, heads, head_dim]`` (rows may be strided) by ``cos``/``sin`` ``[tokens, 1, head_dim
+        // 2]``, in place."""
+        if self.kernel is not None and self.kernel(x, cos, sin) is not None:
+            return
+        self.reference(x, cos, sin)
+
+    @staticmethod
+    def reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        first, second = x.chunk(2, dim=-1)
+        rotated_first = first * cos - second * sin
+        second.mul_(cos).addcmul_(first, sin)
+        first.copy_(rotated_first)
 
 
 class RMSNorm(KernelLayer):

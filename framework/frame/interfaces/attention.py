@@ -74,6 +74,10 @@ class AttentionBackend(ABC):
     ``j`` of a sequence with context ``c`` before this step attends to positions ``[0, c + j]`` of that sequence.
     """
 
+    #: True when :meth:`forward` takes query/key/value whose tokens are strided (each token's ``[heads, head_dim]``
+    #: contiguous), such as column slices of a fused QKV output; models then skip copying them.
+    accepts_strided_tokens: bool = False
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
         if num_heads % num_kv_heads:
             raise ValueError(f"{num_heads} query heads cannot be grouped over {num_kv_heads} KV heads")

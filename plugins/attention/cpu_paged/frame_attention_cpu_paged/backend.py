@@ -16,11 +16,13 @@ class CpuPagedAttention(AttentionBackend):
     outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16.
     """
 
+    accepts_strided_tokens = True
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
         super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)
         kernel.load()
-        self._attention = torch.ops.frame_cpu_paged.attention
-        self._forward = torch.ops.frame_cpu_paged.forward
+        self._attention = torch.ops.frame_cpu_paged.attention.default
+        self._forward = torch.ops.frame_cpu_paged.forward.default
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -34,18 +36,17 @@ class CpuPagedAttention(AttentionBackend):
         self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         """Causal attention of every query row over its sequence's cached context (new tokens included)."""
-        q = query.contiguous()
-        out = torch.empty_like(q)
-        self._attention(out, q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        self._attention(out, query, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+                        self.scale)
         return out
 
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """Store the new K/V and attend, in one native call."""
-        q = query.contiguous()
-        out = torch.empty_like(q)
-        self._forward(out, q, key.to(k_cache.dtype), value.to(v_cache.dtype), k_cache, v_cache, meta.slot_mapping,
+        """Store the new K/V and attend, in one native call (token rows may be strided: columns of a QKV output)."""
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        self._forward(out, query, key.to(k_cache.dtype), value.to(v_cache.dtype), k_cache, v_cache, meta.slot_mapping,
                       meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale)
         return out

@@ -98,3 +98,20 @@ def test_a_slot_outside_the_cache_is_refused() -> None:
     meta.slot_mapping[1] = k_cache.shape[0] * k_cache.shape[1]
     with pytest.raises(RuntimeError, match="outside the cache"):
         CpuPagedAttention(2, 1, 64, 0.125, torch.float32).forward(q, k, v, k_cache, v_cache, meta)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_qkv_columns_give_the_contiguous_answer(dtype: torch.dtype) -> None:
+    # What a model with a fused QKV projection passes: column slices, each token's heads contiguous.
+    q, k, v, k_cache, v_cache, meta = _long_batch([0, 40, 100], [30, 1, 1], 16, 6, 2, 64, seed=6)
+    q, k, v, k_cache, v_cache = (t.to(dtype) for t in (q, k, v, k_cache, v_cache))
+    tokens = q.shape[0]
+    qkv = torch.cat([q.reshape(tokens, -1), k.reshape(tokens, -1), v.reshape(tokens, -1)], dim=1)
+    views = (qkv[:, :384].view(tokens, 6, 64), qkv[:, 384:512].view(tokens, 2, 64), qkv[:, 512:].view(tokens, 2, 64))
+    assert not views[0].is_contiguous()
+    backend = CpuPagedAttention(6, 2, 64, 0.125, dtype)
+    strided_caches = (k_cache.clone(), v_cache.clone())
+    got = backend.forward(*views, *strided_caches, meta)
+    expected = backend.forward(q, k, v, k_cache, v_cache, meta)
+    assert torch.equal(got, expected)
+    assert torch.equal(strided_caches[0], k_cache) and torch.equal(strided_caches[1], v_cache)

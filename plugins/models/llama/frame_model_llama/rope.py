@@ -72,7 +72,7 @@ def inverse_frequencies(rope: dict[str, Any], dim: int, max_positions: int) -> t
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """A cos/sin table over every position up to ``max_positions``, applied in place to Q and K together."""
+    """A cos/sin table over every position up to ``max_positions``; ``frame.layers.RotateHalves`` applies it."""
 
     def __init__(self, rope: dict[str, Any], head_dim: int, max_positions: int, device: torch.device) -> None:
         super().__init__()
@@ -84,11 +84,3 @@ class RotaryEmbedding(torch.nn.Module):
     def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin ``[num_tokens, 1, head_dim // 2]`` of ``positions``, in ``dtype``; once per step."""
         return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]
-
-    @staticmethod
-    def apply_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-        """Rotate ``x`` ``[num_tokens, heads, head_dim]`` in place (first half pairs with second half)."""
-        first, second = x.chunk(2, dim=-1)
-        rotated_first = first * cos - second * sin
-        second.mul_(cos).addcmul_(first, sin)
-        first.copy_(rotated_first)

@@ -1,5 +1,5 @@
 """The platform's C++ kernels (``csrc/*.cpp``: small-batch bfloat16 linear, fused residual-add RMSNorm,
-fused SwiGLU activation).
+fused SwiGLU activation, in-place rotary).
 
 Built for this CPU on first use (:mod:`frame.native`).
 
@@ -74,3 +74,17 @@ def fused_silu_and_mul():
         return op(x)
 
     return act
+
+
+def fused_rotate_halves():
+    """Rotary embedding in place in one native pass for bfloat16 (bitwise torch's result); None otherwise."""
+    load()
+    op = torch.ops.frame_cpu.rotate_halves_.default
+
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool | None:
+        if x.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16 or x.dim() != 3 or x.stride(2) != 1:
+            return None
+        op(x, cos, sin)
+        return True
+
+    return rotate

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, SiluAndMul
+from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import kernels, probe
@@ -90,7 +90,7 @@ class CpuPlatform(Platform):
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel for one or two rows, prepacked
-        oneDNN beyond), the fused residual-add norm and the fused SwiGLU activation; float32 keeps torch's
+        oneDNN beyond), the fused residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
         (bit-exact) path."""
         if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
             return None
@@ -102,6 +102,8 @@ class CpuPlatform(Platform):
             return kernels.fused_add_rms_norm(layer.weight, layer.eps) if layer.weight.dtype == torch.bfloat16 else None
         if isinstance(layer, SiluAndMul):
             return kernels.fused_silu_and_mul()
+        if isinstance(layer, RotateHalves):
+            return kernels.fused_rotate_halves()
         return None
 
     def set_up(self) -> None:

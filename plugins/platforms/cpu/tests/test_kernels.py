@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from frame.layers import Linear, RMSNorm, SiluAndMul
+from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul
 from frame_platform_cpu import kernels, probe
 from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
@@ -79,6 +79,18 @@ def test_fused_silu_and_mul_matches_torch_within_a_step() -> None:
     torch.testing.assert_close(got.float(), expected.float(), rtol=8e-3, atol=1e-3)
     assert (got != expected).float().mean() < 0.01
     assert kernels.fused_silu_and_mul()(x.float()) is None
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 130])
+def test_fused_rotary_is_bitwise_torchs_on_the_strided_qk_columns(tokens: int) -> None:
+    gen = torch.Generator().manual_seed(tokens)
+    qkv = torch.randn(tokens, (4 + 2 + 2) * 64, generator=gen).bfloat16()
+    angles = torch.rand(tokens, 1, 32, generator=gen) * 6
+    cos, sin = angles.cos().bfloat16(), angles.sin().bfloat16()
+    expected = qkv.clone()
+    RotateHalves.reference(expected[:, : 6 * 64].view(tokens, 6, 64), cos, sin)
+    assert kernels.fused_rotate_halves()(qkv[:, : 6 * 64].view(tokens, 6, 64), cos, sin)
+    assert torch.equal(qkv, expected)  # V columns untouched, Q/K rotated exactly as torch does
 
 
 def test_the_platform_offers_kernels_for_bfloat16_layers_only() -> None:

@@ -133,7 +133,7 @@ struct WorkItem {
 
 template <typename cache_t, typename query_t>
 struct Problem {
-  const query_t* query;   // [tokens, heads, D]
+  const query_t* query;   // [tokens, heads, D]; token t starts at query + t * query_stride
   query_t* out;           // [tokens, heads, D]
   const cache_t* k_cache; // [blocks, block_size, kv_heads, D]
   const cache_t* v_cache;
@@ -142,6 +142,7 @@ struct Problem {
   const int32_t* seq_lens;      // [seqs]
   int64_t table_width, block_size, heads, kv_heads, head_dim;
   float scale;
+  int64_t query_stride;
 };
 
 // Per-item state. Rows are ordered KV head, then token, then the query heads of that KV head
@@ -366,7 +367,7 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
   for (int64_t h = 0; h < kv_heads; ++h)
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t g = 0; g < groups; ++g) {
-        const query_t* src = p.query + ((q_start + item.first_token + t) * p.heads + h * groups + g) * dim;
+        const query_t* src = p.query + (q_start + item.first_token + t) * p.query_stride + (h * groups + g) * dim;
         float* dst = st.q.data() + ((h * tokens + t) * groups + g) * dim;
         for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
       }
@@ -387,7 +388,7 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t g = 0; g < groups; ++g) {
           const auto* src = reinterpret_cast<const uint16_t*>(
-              p.query + ((q_start + item.first_token + t) * p.heads + h * groups + g) * dim);
+              p.query + (q_start + item.first_token + t) * p.query_stride + (h * groups + g) * dim);
           std::memcpy(st.qb.data() + ((h * tokens + t) * groups + g) * dim, src, dim * sizeof(uint16_t));
         }
   }
@@ -504,15 +505,23 @@ void dispatch_dim(const Problem<cache_t, query_t>& p, const std::vector<WorkItem
   }
 }
 
-// Copy each new token's K and V rows ([tokens, kv_heads, D], the cache's dtype) to its slot.
+// True when each token's [heads, D] row is contiguous (tokens themselves may be strided, as columns of QKV).
+bool rows_contiguous(const at::Tensor& t) {
+  return t.dim() == 3 && t.stride(2) == 1 && (t.size(1) == 1 || t.stride(1) == t.size(2));
+}
+
+// Copy each new token's K and V rows ([tokens, kv_heads, D], the cache's dtype, rows contiguous) to its slot.
 void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                  const at::Tensor& slot_mapping) {
   TORCH_CHECK(key.scalar_type() == k_cache.scalar_type() && value.scalar_type() == v_cache.scalar_type(),
               "new K/V must be in the cache's dtype");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot mapping must be int64");
-  const at::Tensor kc = key.contiguous(), vc = value.contiguous(), slots = slot_mapping.contiguous();
-  const int64_t tokens = kc.size(0), row = kc.numel() / std::max<int64_t>(tokens, 1);
+  const at::Tensor kc = rows_contiguous(key) ? key : key.contiguous();
+  const at::Tensor vc = rows_contiguous(value) ? value : value.contiguous();
+  const at::Tensor slots = slot_mapping.contiguous();
+  const int64_t tokens = kc.size(0), row = kc.size(1) * kc.size(2);
   const int64_t bytes = row * kc.element_size(), num_slots = k_cache.numel() / std::max<int64_t>(row, 1);
+  const int64_t k_step = kc.stride(0) * kc.element_size(), v_step = vc.stride(0) * vc.element_size();
   const int64_t* sp = slots.data_ptr<int64_t>();
   auto* kd = static_cast<char*>(k_cache.data_ptr());
   auto* vd = static_cast<char*>(v_cache.data_ptr());
@@ -520,8 +529,8 @@ void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_c
   const auto* vs = static_cast<const char*>(vc.data_ptr());
   for (int64_t t = 0; t < tokens; ++t) {
     TORCH_CHECK(sp[t] >= 0 && sp[t] < num_slots, "slot ", sp[t], " is outside the cache");
-    std::memcpy(kd + sp[t] * bytes, ks + t * bytes, bytes);
-    std::memcpy(vd + sp[t] * bytes, vs + t * bytes, bytes);
+    std::memcpy(kd + sp[t] * bytes, ks + t * k_step, bytes);
+    std::memcpy(vd + sp[t] * bytes, vs + t * v_step, bytes);
   }
 }
 
@@ -529,8 +538,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
                const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                double scale) {
   TORCH_CHECK(query.scalar_type() == out.scalar_type(), "query and out must share a dtype");
-  TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
-              "query, out and the caches must be contiguous");
+  TORCH_CHECK(rows_contiguous(query) && out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
+              "out and the caches must be contiguous, and each query token's heads");
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "caches must be [blocks, block_size, kv_heads, head_dim]");
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "K and V caches must share a dtype");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && query_start_loc.scalar_type() == at::kInt &&
@@ -546,7 +555,7 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     using query_t = std::remove_const_t<std::remove_pointer_t<decltype(q)>>;
     Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
                                 lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
-                                head_dim, static_cast<float>(scale)};
+                                head_dim, static_cast<float>(scale), query.stride(0)};
     dispatch_dim<cache_t, query_t>(p, items);
   };
   auto with_query = [&](auto* k, auto* v) {

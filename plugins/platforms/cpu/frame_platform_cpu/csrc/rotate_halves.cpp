@@ -1,0 +1,59 @@
+// Rotary embedding in place on bfloat16 Q/K rows (first half of each head paired with the second), one pass.
+//
+// x is [tokens, heads, dim] with any token stride (the Q and K columns of the fused QKV output), cos and sin are
+// [tokens, dim / 2]. Rounds exactly where torch's unfused bfloat16 sequence does (first*cos, second*sin and
+// their difference; second*cos, then second + first*sin in float32), so the result is bitwise the same.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+inline float f32(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+inline uint16_t bf16(float f) { return c10::BFloat16(f).x; }
+
+void rotate_halves_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 &&
+                  sin.scalar_type() == at::kBFloat16, "rotate_halves_ takes bfloat16 tensors");
+  TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2) && x.size(2) % 2 == 0,
+              "x must be [tokens, heads, dim] with contiguous heads");
+  const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2, stride = x.stride(0);
+  TORCH_CHECK(cos.numel() == tokens * half && sin.numel() == tokens * half, "cos and sin must be [tokens, dim / 2]");
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
+  auto* xp = reinterpret_cast<uint16_t*>(x.data_ptr<c10::BFloat16>());
+  const auto* cp = reinterpret_cast<const uint16_t*>(cc.data_ptr<c10::BFloat16>());
+  const auto* sp = reinterpret_cast<const uint16_t*>(sc.data_ptr<c10::BFloat16>());
+  at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const uint16_t* c = cp + t * half;
+      const uint16_t* s = sp + t * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        uint16_t* first = xp + t * stride + h * 2 * half;
+        uint16_t* second = first + half;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = f32(first[i]), b = f32(second[i]), ci = f32(c[i]), si = f32(s[i]);
+          const uint16_t rotated = bf16(f32(bf16(a * ci)) - f32(bf16(b * si)));
+          second[i] = bf16(f32(bf16(b * ci)) + a * si);
+          first[i] = rotated;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(frame_cpu, m) { m.def("rotate_halves_(Tensor(a!) x, Tensor cos, Tensor sin) -> ()"); }
+
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("rotate_halves_", &rotate_halves_); }
