@@ -331,11 +331,13 @@ void bf16_direct_chunk(const HeadRows& h, const uint16_t* qb, const uint16_t* co
 #endif
 
 // GCC 12 drops __builtin_prefetch in this file's loops (checked in the assembly), so the instruction is spelled out.
+// Into L2 (t1), not L1: a key's rows are 12 lines and L1 tracks few misses; t0 was 1.3 ms per decode layer at
+// batch 64, t1 0.9 ms.
 inline void prefetch_line(const char* address) {
 #if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*address));
+  asm volatile("prefetcht1 %0" : : "m"(*address));
 #else
-  __builtin_prefetch(address);
+  __builtin_prefetch(address, 0, 2);
 #endif
 }
 
