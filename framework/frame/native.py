@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from frame.paths import cache_root
+
 _lock = threading.Lock()
 _loaded: set[str] = set()
 
@@ -42,8 +44,7 @@ def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -
     for part in (*(s.read_bytes() for s in sources), flags.encode(), torch.__version__.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         digest.update(part)
-    root = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))
-    return root / "kernels" / f"{name}-{digest.hexdigest()[:16]}"
+    return cache_root() / "kernels" / f"{name}-{digest.hexdigest()[:16]}"
 
 
 def is_built(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> bool:

@@ -9,7 +9,6 @@ modification time, so an edited or replaced file is converted again. ``FRAME_WEI
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from frame.interfaces.model import WeightSource
+from frame.paths import gguf_cache_folder
 from frame.weights.gguf import GGUFWeights
 from frame.weights.progress import track_tensors
 
@@ -33,12 +33,8 @@ MIN_BYTES = 8 << 20
 
 
 def cache_folder(path: Path) -> Path:
-    """The cache folder of GGUF file ``path`` (the same key :mod:`frame.model_source` uses)."""
-    path = path.resolve()
-    stat = path.stat()
-    key = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-    root = Path(os.environ.get("FRAME_CACHE_DIR", Path.home() / ".cache" / "frame"))
-    return root / "gguf" / key
+    """The cache folder of GGUF file ``path`` (shared with :mod:`frame.model_source`)."""
+    return gguf_cache_folder(path)
 
 
 def enabled() -> bool:
