@@ -27,6 +27,9 @@ def test_the_build_folder_pins_sources_and_flags(tmp_path: Path, monkeypatch) ->
     assert native.build_directory("op", [source], ["-O3"]) != first
     source.write_text(SOURCE + "\n// changed\n")
     assert native.build_directory("op", [source], ["-O2"]) != first
+    changed = native.build_directory("op", [source], ["-O2"])
+    (tmp_path / "helpers.h").write_text("#pragma once\n")
+    assert native.build_directory("op", [source], ["-O2"]) != changed  # a header beside the source counts
     assert not native.is_built("op", [source], ["-O2"])
 
 

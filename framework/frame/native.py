@@ -38,10 +38,12 @@ def missing_tools() -> str | None:
 
 
 def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> Path:
-    """Where ``sources`` built with ``cflags`` for this torch and this CPU live."""
+    """Where ``sources`` (and the ``.h`` files beside them) built with ``cflags`` for this torch and this CPU live."""
     digest = hashlib.sha256()
     flags = " ".join([*cflags, "-fopenmp"])
-    for part in (*(s.read_bytes() for s in sources), flags.encode(), torch.__version__.encode(),
+    # Headers beside the sources are part of the build too: editing one must rebuild.
+    headers = sorted({h for s in sources for h in s.parent.glob("*.h")})
+    for part in (*(f.read_bytes() for f in (*sources, *headers)), flags.encode(), torch.__version__.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         digest.update(part)
     return cache_root() / "kernels" / f"{name}-{digest.hexdigest()[:16]}"

@@ -10,6 +10,8 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include "bfloat16_bits.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,14 +20,8 @@
 
 namespace {
 
-inline float to_float(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-inline uint16_t to_bf16(float f) { return c10::BFloat16(f).x; }
+using frame_cpu::bf16_to_float;
+using frame_cpu::float_to_bf16;
 
 std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
                                                 const at::Tensor& weight, double eps) {
@@ -52,21 +48,22 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
       int64_t i = 0;
       for (; i + 16 <= hidden; i += 16)
         for (int l = 0; l < 16; ++l) {
-          const uint16_t sum = to_bf16(to_float(a[i + l]) + to_float(b[i + l]));
+          const uint16_t sum = float_to_bf16(bf16_to_float(a[i + l]) + bf16_to_float(b[i + l]));
           s[i + l] = sum;
-          row[i + l] = to_float(sum);
+          row[i + l] = bf16_to_float(sum);
           lanes[l] += row[i + l] * row[i + l];
         }
       float squares = 0.0f;
       for (; i < hidden; ++i) {
-        s[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
-        row[i] = to_float(s[i]);
+        s[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+        row[i] = bf16_to_float(s[i]);
         squares += row[i] * row[i];
       }
       for (int l = 0; l < 16; ++l) squares += lanes[l];
       const float inv = 1.0f / std::sqrt(squares / static_cast<float>(hidden) + epsilon);
       uint16_t* o = op + r * hidden;
-      for (int64_t j = 0; j < hidden; ++j) o[j] = to_bf16(to_float(wp[j]) * to_float(to_bf16(row[j] * inv)));
+      for (int64_t j = 0; j < hidden; ++j)
+        o[j] = float_to_bf16(bf16_to_float(wp[j]) * bf16_to_float(float_to_bf16(row[j] * inv)));
     }
   });
   return {out, summed};

@@ -9,19 +9,15 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include "bfloat16_bits.h"
+
 #include <cstdint>
 #include <cstring>
 
 namespace {
 
-inline float f32(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-inline uint16_t bf16(float f) { return c10::BFloat16(f).x; }
+using frame_cpu::bf16_to_float;
+using frame_cpu::float_to_bf16;
 
 void rotate_halves_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 &&
@@ -42,9 +38,11 @@ void rotate_halves_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin)
         uint16_t* first = xp + t * stride + h * 2 * half;
         uint16_t* second = first + half;
         for (int64_t i = 0; i < half; ++i) {
-          const float a = f32(first[i]), b = f32(second[i]), ci = f32(c[i]), si = f32(s[i]);
-          const uint16_t rotated = bf16(f32(bf16(a * ci)) - f32(bf16(b * si)));
-          second[i] = bf16(f32(bf16(b * ci)) + a * si);
+          const float a = bf16_to_float(first[i]), b = bf16_to_float(second[i]);
+          const float ci = bf16_to_float(c[i]), si = bf16_to_float(s[i]);
+          const float a_cos = bf16_to_float(float_to_bf16(a * ci)), b_sin = bf16_to_float(float_to_bf16(b * si));
+          const uint16_t rotated = float_to_bf16(a_cos - b_sin);
+          second[i] = float_to_bf16(bf16_to_float(float_to_bf16(b * ci)) + a * si);
           first[i] = rotated;
         }
       }

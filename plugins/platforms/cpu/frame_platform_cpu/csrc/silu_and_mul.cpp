@@ -10,20 +10,16 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include "bfloat16_bits.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 namespace {
 
-inline float bits_to_float(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-inline uint16_t round_bf16(float f) { return c10::BFloat16(f).x; }
+using frame_cpu::bf16_to_float;
+using frame_cpu::float_to_bf16;
 
 // exp(x) for x in [-87, 88], vectorisable: 2^n * exp(t), n = round(x / ln 2), degree-6 polynomial for exp(t).
 inline float exp_approx(float x) {
@@ -57,9 +53,9 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
       const uint16_t* up = gate + width;
       uint16_t* dst = o + r * width;
       for (int64_t i = 0; i < width; ++i) {
-        const float g = bits_to_float(gate[i]);
-        const float silu = bits_to_float(round_bf16(g / (1.0f + exp_approx(-g))));
-        dst[i] = round_bf16(silu * bits_to_float(up[i]));
+        const float g = bf16_to_float(gate[i]);
+        const float silu = bf16_to_float(float_to_bf16(g / (1.0f + exp_approx(-g))));
+        dst[i] = float_to_bf16(silu * bf16_to_float(up[i]));
       }
     }
   });

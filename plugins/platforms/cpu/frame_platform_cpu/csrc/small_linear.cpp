@@ -11,6 +11,8 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include "bfloat16_bits.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -21,15 +23,11 @@
 
 namespace {
 
+using frame_cpu::bf16_to_float;
+using frame_cpu::float_to_bf16;
+
 constexpr int64_t kRowTile = 64;  // weight rows per tile: every x row block reuses the tile from cache
 constexpr int kMaxBlock = 8;      // x rows whose accumulators stay in registers together
-
-inline float bf16_to_float(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
 
 #if defined(__AVX512BF16__)
 template <int B>
@@ -74,7 +72,7 @@ void block(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t*
   for (int64_t o = row_begin; o < row_end; ++o) {
     dot_rows<B>(w + o * k, x, k, sums);
     const float b = bias ? bf16_to_float(bias[o]) : 0.0f;
-    for (int r = 0; r < B; ++r) y[r * n + o] = c10::BFloat16(sums[r] + b).x;
+    for (int r = 0; r < B; ++r) y[r * n + o] = float_to_bf16(sums[r] + b);
   }
 }
 
