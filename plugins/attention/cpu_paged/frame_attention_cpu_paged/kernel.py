@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ SOURCES = (Path(__file__).parent / "csrc" / "paged_attention.cpp",)
 CFLAGS = ("-O3", "-march=native")
 
 
+@functools.cache  # hashes the source and reads /proc/cpuinfo: asked by every availability check
 def unavailable_reason() -> str | None:
     """None when the kernel is built or can be built here; otherwise why not."""
     return native.unavailable_reason(NAME, SOURCES, CFLAGS)

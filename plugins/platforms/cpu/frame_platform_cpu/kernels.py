@@ -8,6 +8,7 @@ Built for this CPU on first use (:mod:`frame.native`).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ CFLAGS = ("-O3", "-march=native")
 #: layers at 2 threads took 7.2 ms at 1-2 rows vs 11.3 ms prepacked); from 4 rows oneDNN's blocked GEMM wins.
 SMALL_BATCH_ROWS = 2
 
+@functools.cache  # hashes the sources and reads /proc/cpuinfo: asked once per layer at load
 def unavailable_reason() -> str | None:
     """None when the kernels are built or can be built here; otherwise why not."""
     return native.unavailable_reason(NAME, SOURCES, CFLAGS)
