@@ -16,7 +16,7 @@ import time
 import torch
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.testing.attention import build_metadata
+from frame.testing.attention import make_batch
 
 HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
 SHAPES = {
@@ -29,22 +29,11 @@ SHAPES = {
 
 
 def case(context: list[int], new: list[int], dtype: torch.dtype):
-    needed = [-(-(c + n) // BLOCK) for c, n in zip(context, new, strict=True)]
-    order = list(range(1, sum(needed) + 1))
-    random.Random(2).shuffle(order)
-    tables, at = [], 0
-    for n in needed:
-        tables.append(order[at : at + n])
-        at += n
-    meta = build_metadata(context, new, tables, BLOCK)
-    tokens = sum(new)
-    q = torch.randn(tokens, HEADS, DIM).to(dtype)
-    k, v = (torch.randn(tokens, KV_HEADS, DIM).to(dtype) for _ in range(2))
-    caches = [torch.randn(sum(needed) + 1, BLOCK, KV_HEADS, DIM).to(dtype) for _ in range(2)]
-    # Multiply-adds of exact causal attention (QK and PV), and KV bytes each query group reads once.
+    """One step's inputs, and its multiply-adds of exact causal attention (QK and PV) and KV bytes read once."""
+    inputs = make_batch(context, new, BLOCK, HEADS, KV_HEADS, DIM, seed=2, dtype=dtype)
     macs = sum(n * c + n * (n + 1) // 2 for c, n in zip(context, new, strict=True)) * HEADS * DIM * 2
-    kv_bytes = sum(c + n for c, n in zip(context, new, strict=True)) * KV_HEADS * DIM * 2 * caches[0].element_size()
-    return (q, k, v, *caches, meta), macs, kv_bytes
+    kv_bytes = sum(c + n for c, n in zip(context, new, strict=True)) * KV_HEADS * DIM * 2 * inputs[3].element_size()
+    return inputs, macs, kv_bytes
 
 
 def main() -> None:

@@ -76,6 +76,25 @@ def make_random_batch(
         raise ValueError(f"kinds must be {num_seqs} of {KINDS}, got {kinds}")
     context_lens = [0 if k == "prefill" else rng.randint(1, max_context) for k in kinds]
     query_lens = [1 if k == "decode" else rng.randint(2, max_query_len) for k in kinds]
+    return _random_step(context_lens, query_lens, block_size, num_heads, num_kv_heads, head_dim, seed, rng, dtype,
+                        device)
+
+
+def make_batch(
+    context_lens: Sequence[int], query_lens: Sequence[int], block_size: int, num_heads: int, num_kv_heads: int,
+    head_dim: int, seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """Like :func:`make_random_batch`, for sequences of the given cached and new token counts (long prefills,
+    decodes over long contexts, benchmark shapes)."""
+    return _random_step(context_lens, query_lens, block_size, num_heads, num_kv_heads, head_dim, seed,
+                        random.Random(seed), dtype, device)
+
+
+def _random_step(
+    context_lens: Sequence[int], query_lens: Sequence[int], block_size: int, num_heads: int, num_kv_heads: int,
+    head_dim: int, seed: int, rng: random.Random, dtype: torch.dtype, device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """Shuffled block tables (with spare blocks) and random Q/K/V and caches for these lengths."""
     needed = [math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens, strict=True)]
     blocks = list(range(sum(needed) + 3))
     rng.shuffle(blocks)

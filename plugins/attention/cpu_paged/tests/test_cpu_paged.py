@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from frame.testing.attention import AttentionBackendSuite, build_metadata, make_random_batch, reference_attention
+from frame.testing.attention import AttentionBackendSuite, make_batch, make_random_batch, reference_attention
 from frame_attention_cpu_paged import kernel
 from frame_attention_cpu_paged.backend import CpuPagedAttention
 
@@ -16,29 +16,11 @@ class TestCpuPagedConformance(AttentionBackendSuite):
     plugin_name = "cpu_paged"
 
 
-def _long_batch(context: list[int], new: list[int], block_size: int, heads: int, kv_heads: int, dim: int,
-                seed: int = 0) -> tuple:
-    """Sequences with the given cached and new token counts over shuffled blocks, random data."""
-    gen = torch.Generator().manual_seed(seed)
-    needed = [-(-(c + n) // block_size) for c, n in zip(context, new, strict=True)]
-    order = torch.randperm(sum(needed) + 1, generator=gen).tolist()
-    tables, at = [], 0
-    for n in needed:
-        tables.append(order[at : at + n])
-        at += n
-    meta = build_metadata(context, new, tables, block_size)
-    tokens = sum(new)
-    q = torch.randn(tokens, heads, dim, generator=gen)
-    k, v = (torch.randn(tokens, kv_heads, dim, generator=gen) for _ in range(2))
-    caches = [torch.randn(len(order), block_size, kv_heads, dim, generator=gen) for _ in range(2)]
-    return q, k, v, *caches, meta
-
-
 @pytest.mark.parametrize(("heads", "kv_heads"), [(9, 3), (14, 2), (8, 8)])
 def test_prefills_longer_than_a_tile_and_long_decodes(heads: int, kv_heads: int) -> None:
     # A tile holds 64 // groups query tokens; these prefills span several tiles, one after a cached context,
     # and the decodes read hundreds of keys (many 16-key chunks, the last one partial).
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 37, 300, 511, 0], [200, 90, 1, 1, 1], 16, heads, kv_heads, 64)
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 37, 300, 511, 0], [200, 90, 1, 1, 1], 16, heads, kv_heads, 64)
     backend = CpuPagedAttention(heads, kv_heads, 64, 0.125, torch.float32)
     expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-5, rtol=1e-4)
@@ -47,7 +29,7 @@ def test_prefills_longer_than_a_tile_and_long_decodes(heads: int, kv_heads: int)
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
 def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: int) -> None:
     # Decodes take the bfloat16 dot-product path (on CPUs with AVX-512 BF16), including a partial last chunk.
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 120, 33, 7], [70, 1, 1, 1], 16, heads, kv_heads, dim, seed=1)
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7], [70, 1, 1, 1], 16, heads, kv_heads, dim, seed=1)
     q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
     out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16).forward(q, k, v, k_cache, v_cache, meta)
     assert out.dtype == torch.bfloat16
@@ -63,7 +45,7 @@ def test_odd_head_dim_takes_the_generic_path() -> None:
 
 def test_large_scores_stay_finite() -> None:
     # Scores in the hundreds: the online softmax must rescale, not overflow.
-    q, k, v, k_cache, v_cache, meta = _long_batch([40, 0], [1, 30], 4, 4, 2, 64, seed=2)
+    q, k, v, k_cache, v_cache, meta = make_batch([40, 0], [1, 30], 4, 4, 2, 64, seed=2)
     q = q * 30
     out = CpuPagedAttention(4, 2, 64, 1.0, torch.float32).forward(q, k, v, k_cache, v_cache, meta)
     assert torch.isfinite(out).all()
@@ -71,7 +53,7 @@ def test_large_scores_stay_finite() -> None:
 
 
 def test_a_batch_answers_the_same_at_any_thread_count() -> None:
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 64, 200, 5], [50, 1, 1, 20], 16, 6, 2, 64, seed=3)
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 64, 200, 5], [50, 1, 1, 20], 16, 6, 2, 64, seed=3)
     backend = CpuPagedAttention(6, 2, 64, 0.125, torch.float32)
     before = torch.get_num_threads()
     try:
@@ -85,7 +67,7 @@ def test_a_batch_answers_the_same_at_any_thread_count() -> None:
 
 
 def test_forward_writes_the_same_slots_as_write_kv() -> None:
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 20, 70], [33, 1, 5], 16, 6, 2, 64, seed=4)
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 20, 70], [33, 1, 5], 16, 6, 2, 64, seed=4)
     backend = CpuPagedAttention(6, 2, 64, 0.125, torch.float32)
     by_forward = (k_cache.clone(), v_cache.clone())
     backend.forward(q, k, v, *by_forward, meta)
@@ -94,7 +76,7 @@ def test_forward_writes_the_same_slots_as_write_kv() -> None:
 
 
 def test_a_slot_outside_the_cache_is_refused() -> None:
-    q, k, v, k_cache, v_cache, meta = _long_batch([0], [3], 4, 2, 1, 64, seed=5)
+    q, k, v, k_cache, v_cache, meta = make_batch([0], [3], 4, 2, 1, 64, seed=5)
     meta.slot_mapping[1] = k_cache.shape[0] * k_cache.shape[1]
     with pytest.raises(RuntimeError, match="outside the cache"):
         CpuPagedAttention(2, 1, 64, 0.125, torch.float32).forward(q, k, v, k_cache, v_cache, meta)
@@ -103,7 +85,7 @@ def test_a_slot_outside_the_cache_is_refused() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_strided_qkv_columns_give_the_contiguous_answer(dtype: torch.dtype) -> None:
     # What a model with a fused QKV projection passes: column slices, each token's heads contiguous.
-    q, k, v, k_cache, v_cache, meta = _long_batch([0, 40, 100], [30, 1, 1], 16, 6, 2, 64, seed=6)
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 40, 100], [30, 1, 1], 16, 6, 2, 64, seed=6)
     q, k, v, k_cache, v_cache = (t.to(dtype) for t in (q, k, v, k_cache, v_cache))
     tokens = q.shape[0]
     qkv = torch.cat([q.reshape(tokens, -1), k.reshape(tokens, -1), v.reshape(tokens, -1)], dim=1)
