@@ -55,6 +55,29 @@ def instrument(engine: EngineCore) -> dict[str, float]:
     return phases
 
 
+def log_steps(engine: EngineCore) -> list[tuple[int, int, float]]:
+    """Record each step's scheduled sequences, batched tokens and wall milliseconds."""
+    log: list[tuple[int, int, float]] = []
+    schedule, step = engine.scheduler.schedule, engine.step
+
+    def logged_schedule() -> Any:
+        out = schedule()
+        log.append((len(out.scheduled), out.num_batched_tokens, 0.0))
+        return out
+
+    def logged_step(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            if log:
+                log[-1] = (*log[-1][:2], (time.perf_counter() - t) * 1e3)
+
+    engine.scheduler.schedule = logged_schedule  # type: ignore[method-assign]
+    engine.step = logged_step  # type: ignore[method-assign]
+    return log
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mixed_batch", choices=sorted(WORKLOADS))
@@ -65,6 +88,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--steps", action="store_true", help="print every step: sequences, tokens, milliseconds")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -79,7 +103,10 @@ def main() -> None:
     for _ in range(args.repeat):
         engine.cache.reset()
         phases = instrument(engine) if _ == args.repeat - 1 else None
+        log = log_steps(engine) if args.steps and phases is not None else None
         result = drive(engine, requests)
+        if log:
+            print("steps (sequences/tokens/ms): " + " ".join(f"{n}/{t}/{ms:.0f}" for n, t, ms in log))
         s = result.summary()
         print(f"{args.workload}: { {k: round(v, 3) for k, v in s.items()} }")
     assert phases is not None

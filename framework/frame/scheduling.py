@@ -38,6 +38,20 @@ def stop_status(seq: Sequence, max_model_len: int) -> tuple[SequenceStatus, int 
     return None
 
 
+def common_prefix_length(a: list[int], b: list[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, up to ``limit`` (binary search over C-speed slice compares)."""
+    low, high = 0, min(limit, len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while low < high:  # a[:low] == b[:low], and the answer lies in [low, high]
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 class PolicyScheduler(Scheduler):
     """Continuous batching with chunked prefill and preemption by recompute.
 
@@ -49,7 +63,9 @@ class PolicyScheduler(Scheduler):
       the most recently admitted).
 
     Admission stops at the first sequence in that order that the pool cannot hold, so a policy's order is
-    never jumped by a smaller request behind it.
+    never jumped by a smaller request behind it. A waiting sequence whose prompt is mostly an uncached prefix
+    that another prefill computes this very step waits one step and reuses it instead (SGLang's in-batch prefix
+    caching; see :meth:`waits_for_shared_prefill`).
     """
 
     def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy) -> None:
@@ -66,6 +82,28 @@ class PolicyScheduler(Scheduler):
     def preemption_victim(self, running: list[Sequence]) -> Sequence:
         """The running sequence to preempt when blocks run out (``running`` is never empty)."""
         return running[-1]
+
+    def waits_for_shared_prefill(self, seq: Sequence, num_cached: int, out: SchedulerOutput) -> bool:
+        """True when ``seq`` (``num_cached`` of its tokens already cached) should sit this step out because a
+        prefill scheduled in ``out`` writes at least half of its remaining tokens, whole blocks of them, which the
+        cache can hand to ``seq`` next step. Without this, 64 requests behind one 1,000-token system prompt
+        compute that prompt once per request that fits the first step's token budget.
+
+        Always False over a strategy that does not reuse prefixes. Policies may override it (lpm turns it off
+        with ``in_batch_prefix_tokens=0``)."""
+        if not self.cache.reuses_prefixes:
+            return False
+        block = self.cache.block_size
+        remaining = seq.num_tokens - num_cached
+        for item in out.scheduled:
+            other = item.seq
+            if not other.is_prefilling or other.extra_keys != seq.extra_keys:
+                continue
+            written = min(other.num_computed_tokens + item.num_new_tokens, seq.num_tokens - 1)
+            gain = common_prefix_length(seq.token_ids, other.token_ids, written) // block * block - num_cached
+            if gain >= block and 2 * gain >= remaining:
+                return True
+        return False
 
     # -- queues -------------------------------------------------------------------------------------------
     @property
@@ -130,6 +168,8 @@ class PolicyScheduler(Scheduler):
             if budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
                 break
             match = self.cache.match(seq)
+            if self.waits_for_shared_prefill(seq, match.num_tokens, out):
+                continue
             remaining = seq.num_tokens - match.num_tokens
             num_new = min(remaining, budget)
             if not self.limits.enable_chunked_prefill and num_new < remaining:

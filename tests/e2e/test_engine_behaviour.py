@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from frame import LLM, SamplingParams
+from frame.scheduling import common_prefix_length
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 BLOCK = 16
@@ -46,6 +47,7 @@ def test_prefix_cache_counts_salts_and_identical_outputs(chat_prompts, smol_sour
         "radix": [len(p) - 1 for p in prompts],  # every token but the last, which must be computed
         "none": [0] * len(prompts),
     }
+    shared = min(common_prefix_length(prompts[0], p, len(p)) for p in prompts)
     outputs = {}
     for cache, expected in expected_reuse.items():
         llm = LLM(dtype="float32", cache=cache, max_model_len=512, block_size=BLOCK)
@@ -53,7 +55,10 @@ def test_prefix_cache_counts_salts_and_identical_outputs(chat_prompts, smol_sour
         second = llm.generate(batch, GREEDY)
         assert [r.num_cached_tokens for r in second] == expected, cache
         salted = llm.generate(batch, GREEDY, cache_salt="tenant-b")
-        assert [r.num_cached_tokens for r in salted] == [0] * len(prompts), cache
+        # Nothing cached without the salt is reused; within the salted batch, later prompts may wait for the
+        # first one's system prompt (in-batch prefix sharing), so they reuse at most that.
+        salted_reuse = [r.num_cached_tokens for r in salted]
+        assert salted_reuse[0] == 0 and max(salted_reuse) <= shared, (cache, salted_reuse)
         outputs[cache] = [[r.outputs[0].token_ids for r in run] for run in (first, second, salted)]
         assert outputs[cache][0] == outputs[cache][1] == outputs[cache][2], cache
         assert llm.stats().blocks_in_use == 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 
 class CacheSequence(Protocol):
@@ -107,6 +107,9 @@ class KVCacheStrategy(ABC):
     again before each step that adds tokens, :meth:`commit` after the step wrote KV, :meth:`free` when the
     sequence finishes, aborts or is preempted. Every method is called from the engine core's single thread.
     """
+
+    reuses_prefixes: ClassVar[bool] = True
+    """False for a strategy whose :meth:`match` is always empty; schedulers then never wait for a prefix."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks < 1 or block_size < 1:

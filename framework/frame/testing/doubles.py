@@ -21,6 +21,8 @@ class PagedAllocatorDouble(KVCacheStrategy):
     Free blocks are handed out lowest id first; freeing returns them to the free list at once.
     """
 
+    reuses_prefixes = False
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() yields the lowest id

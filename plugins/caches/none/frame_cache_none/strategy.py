@@ -15,6 +15,8 @@ class NoCache(KVCacheStrategy):
     from every strategy. Allocation and release are O(blocks) with a FIFO free list.
     """
 
+    reuses_prefixes = False
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
         self._free: deque[int] = deque(range(num_blocks))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import SchedulerLimits
+from frame.interfaces.scheduler import SchedulerLimits, SchedulerOutput
 from frame.scheduling import PolicyScheduler
 from frame.sequence import Sequence
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +45,10 @@ class LpmScheduler(PolicyScheduler):
         cached = {seq.seq_id: self.cache.match(seq).num_tokens for seq in waiting}
         deferred = self.shares_uncached_prefix(waiting, cached)
         return sorted(waiting, key=lambda s: (s.seq_id in deferred, -cached[s.seq_id], s.arrival_time))
+
+    def waits_for_shared_prefill(self, seq: Sequence, num_cached: int, out: SchedulerOutput) -> bool:
+        """The core's in-batch prefix wait, unless ``in_batch_prefix_tokens`` is 0 (prefix sharing off)."""
+        return self.options.in_batch_prefix_tokens > 0 and super().waits_for_shared_prefill(seq, num_cached, out)
 
     def shares_uncached_prefix(self, waiting: list[Sequence], cached: dict[str, int]) -> set[str]:
         """Ids of waiting sequences whose leading ``in_batch_prefix_tokens`` tokens are not cached and equal
