@@ -1,6 +1,6 @@
 """Attention backends alone, one layer, SmolLM2-135M's heads (9 query, 3 KV, dim 64): time per call and rate.
 
-    .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa]
+    .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa] [--layers 30]
 
 Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300) and prefill steps (9
 prompts of 225 tokens, one of 2000). Reports the median of several calls, the multiply-add rate and the KV bytes
@@ -41,6 +41,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--backends", default="cpu_paged,sdpa")
     parser.add_argument("--calls", type=int, default=7)
+    parser.add_argument("--layers", type=int, default=1,
+                        help="sweep this many copies of each case's KV, as a model's layers do, so the KV comes "
+                             "from memory rather than the cache (30 for SmolLM2)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     hooks = PluginHooks(PluginRegistry())
@@ -53,6 +56,8 @@ def main() -> None:
     print(f"{torch.get_num_threads()} threads, {args.dtype}")
     for label, (context, new) in SHAPES.items():
         inputs, macs, kv_bytes = case(context, new, dtype)
+        layers = [inputs] + [(*inputs[:3], inputs[3].clone(), inputs[4].clone(), inputs[5])
+                             for _ in range(args.layers - 1)]
         row = [f"{label:22s}"]
         for name, backend in backends.items():
             times = []
@@ -60,8 +65,9 @@ def main() -> None:
                 inputs[-1].extras.clear()
                 t = time.perf_counter()
                 backend.prepare(inputs[-1])
-                backend.forward(*inputs)
-                times.append(time.perf_counter() - t)
+                for layer in layers:
+                    backend.forward(*layer)
+                times.append((time.perf_counter() - t) / len(layers))
             s = sorted(times)[len(times) // 2]
             row.append(f"{name} {s * 1e3:8.2f} ms {2 * macs / s / 1e9:6.1f} GFLOP/s {kv_bytes / s / 1e9:5.1f} GB/s")
         print(" | ".join(row))

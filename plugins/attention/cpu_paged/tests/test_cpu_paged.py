@@ -28,8 +28,10 @@ def test_prefills_longer_than_a_tile_and_long_decodes(heads: int, kv_heads: int)
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
 def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: int) -> None:
-    # Decodes take the bfloat16 dot-product path (on CPUs with AVX-512 BF16), including a partial last chunk.
-    q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7], [70, 1, 1, 1], 16, heads, kv_heads, dim, seed=1)
+    # On CPUs with AVX-512 BF16 these take the vdpbf16ps path: decodes (partial last chunks, odd key counts),
+    # and prefills over several tiles, one after a cached context.
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7, 50], [70, 1, 1, 1, 150], 16, heads, kv_heads, dim,
+                                                 seed=1)
     q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
     out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16).forward(q, k, v, k_cache, v_cache, meta)
     assert out.dtype == torch.bfloat16
@@ -50,6 +52,22 @@ def test_large_scores_stay_finite() -> None:
     out = CpuPagedAttention(4, 2, 64, 1.0, torch.float32).forward(q, k, v, k_cache, v_cache, meta)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, reference_attention(q, k, v, k_cache, v_cache, meta, 1.0), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pool_slots_past_each_sequence_never_reach_the_output(dtype: torch.dtype) -> None:
+    # A pool slot no sequence owns may hold anything, NaN included (freed blocks, torch.empty).
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 5, 18], [7, 1, 30], 16, 6, 2, 64, seed=7)
+    q, k, v, k_cache, v_cache = (t.to(dtype) for t in (q, k, v, k_cache, v_cache))
+    backend = CpuPagedAttention(6, 2, 64, 0.125, dtype)
+    expected = backend.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
+    owned = torch.zeros(k_cache.shape[:2], dtype=torch.bool)
+    for table, length in zip(meta.block_tables.tolist(), meta.seq_lens_host, strict=True):
+        for pos in range(length):
+            owned[table[pos // 16], pos % 16] = True
+    for cache in (k_cache, v_cache):
+        cache[~owned] = float("nan")
+    assert torch.equal(backend.forward(q, k, v, k_cache, v_cache, meta), expected)
 
 
 def test_a_batch_answers_the_same_at_any_thread_count() -> None:

@@ -11,107 +11,20 @@
 // (prefill tiles) first transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain.
 // Both have AVX-512 versions (head_dim a multiple of 16) beside generic loops the compiler vectorises.
 
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include "common.h"
+#include "bf16_path.h"
+
 #include <torch/library.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace {
 
-constexpr int kChunk = 16;          // keys per online-softmax step
-constexpr int kTargetRows = 192;     // query rows (tokens x grouped heads) a prefill tile aims for
-constexpr int kDirectMaxRows = 8;
-constexpr int kPrefetchAhead = 24;
-constexpr int kMaxKvHeads = 64;     // the bfloat16 decode path keeps a pointer per KV head and key  // keys: about one chunk of compute ahead of the loads   // up to this many rows an item takes the direct (decode) path
-constexpr float kMasked = -1e30f;   // finite "minus infinity": the exp below clamps it to ~0 and never NaNs
-
-inline float to_float(float x) { return x; }
-template <typename T>
-inline T from_float(float x) { return static_cast<T>(x); }  // c10::BFloat16 / c10::Half round to nearest even
-inline float to_float(c10::Half x) { return static_cast<float>(x); }
-inline float to_float(c10::BFloat16 x) {
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// exp(x) for x <= 0, vectorisable (no libm call): 2^n * exp(t) with n = round(x / ln 2), |t| <= ln(2) / 2 and a
-// degree-6 Taylor polynomial for exp(t) (relative error about 1e-7). Arguments below -87 return exp(-87).
-inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);
-  const float y = x * 1.4426950408889634f;
-  const float n = (y + 12582912.0f) - 12582912.0f;  // round to nearest by the 1.5 * 2^23 trick
-  const float t = x - n * 0.6931471805599453f;
-  float p = 1.0f / 720.0f;
-  p = p * t + 1.0f / 120.0f;
-  p = p * t + 1.0f / 24.0f;
-  p = p * t + 1.0f / 6.0f;
-  p = p * t + 0.5f;
-  p = p * t + 1.0f;
-  p = p * t + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
+using namespace frame_cpu_paged;
 
 #if defined(__AVX512F__)
-// AVX-512 versions of the hot loops, used when head_dim is a multiple of 16 (the generic loops cover the rest).
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::BFloat16* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-inline __m512 load16(const c10::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 t = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.6931471805599453f), x);
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
-// Online-softmax update of one row with this chunk's scores (lanes below `valid` are real keys): returns the
-// probabilities to multiply V by (zero in the padding lanes) and rescales the row's accumulator.
-template <int D>
-inline __m512 fold16(__m512 scores, int valid, float& row_max, float& row_sum, float* acc) {
-  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-  const float new_max = std::max(row_max, _mm512_mask_reduce_max_ps(mask, scores));
-  const float correction = std::exp(row_max - new_max);
-  const __m512 probs = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
-  row_sum = row_sum * correction + _mm512_reduce_add_ps(probs);
-  row_max = new_max;
-  if (correction != 1.0f) {
-    const __m512 c = _mm512_set1_ps(correction);
-    for (int d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), c));
-  }
-  return probs;
-}
-
 // acc (one row, D floats) += sum_j probs[j] * V[j] over the chunk's `valid` V rows (float, [kChunk][D]).
 template <int D>
 inline void accumulate_values(const float* probs, int valid, const float* vrows, float* acc) {
@@ -125,32 +38,11 @@ inline void accumulate_values(const float* probs, int valid, const float* vrows,
 }
 #endif
 
-struct WorkItem {
-  int32_t seq;
-  int32_t first_token;  // index among the sequence's new tokens
-  int32_t num_tokens;
-};
-
-template <typename cache_t, typename query_t>
-struct Problem {
-  const query_t* query;   // [tokens, heads, D]; token t starts at query + t * query_stride
-  query_t* out;           // [tokens, heads, D]
-  const cache_t* k_cache; // [blocks, block_size, kv_heads, D]
-  const cache_t* v_cache;
-  const int32_t* block_tables;  // [seqs, table_width]
-  const int32_t* query_start;   // [seqs + 1]
-  const int32_t* seq_lens;      // [seqs]
-  int64_t table_width, block_size, heads, kv_heads, head_dim;
-  float scale;
-  int64_t query_stride;
-};
-
 // Per-item state. Rows are ordered KV head, then token, then the query heads of that KV head
 // (r = (h * tokens + t) * groups + g), so each KV head's rows are contiguous; per row the running max, sum and
 // output accumulator.
 struct Accumulator {
   std::vector<float> q, acc, max, sum;
-  std::vector<uint16_t> qb;  // bfloat16 queries, unscaled, for the bfloat16 decode path
   void reset(int64_t rows, int64_t dim) {
     q.assign((rows + 3) * dim, 0.0f);  // padded: the tile path multiplies rows four at a time
     acc.assign(rows * dim, 0.0f);
@@ -264,7 +156,9 @@ void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0,
     }
     return;
   }
-  for (int64_t rb = 0; rb < h.rows; rb += 4) {
+  // Rows whose token lies before the chunk see none of its keys (rows are ordered by token).
+  const int64_t first_seeing = std::max<int64_t>(0, (k0 - h.first_pos) * h.groups) / 4 * 4;
+  for (int64_t rb = first_seeing; rb < h.rows; rb += 4) {
     const float* q = h.q + rb * D;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int d = 0; d < D; ++d) {
@@ -282,78 +176,6 @@ void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0,
   }
 }
 #endif
-
-#if defined(__AVX512BF16__)
-// Sixteen vectors to one: lane j holds the sum of a[j]'s lanes (about 3 instructions per vector, against 8 for
-// one _mm512_reduce_add_ps each).
-inline __m512 reduce16(const __m512* a) {
-  __m512 z[4];
-  for (int g = 0; g < 4; ++g) {
-    const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g], a[4 * g + 1]),
-                                   _mm512_unpackhi_ps(a[4 * g], a[4 * g + 1]));
-    const __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g + 2], a[4 * g + 3]),
-                                   _mm512_unpackhi_ps(a[4 * g + 2], a[4 * g + 3]));
-    // Each 128-bit lane l now holds the partial sums over its 4 elements of keys 4g..4g+3.
-    z[g] = _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// Decode rows over a bfloat16 cache with bfloat16 queries: scores straight from the cache with vdpbf16ps (no
-// float copy of K; the products are exact, the sums float32), sixteen keys reduced at once.
-template <int D>
-void bf16_direct_chunk(const HeadRows& h, const uint16_t* qb, const uint16_t* const* krows, const float* vr,
-                       int64_t k0, int n, float scale) {
-  alignas(64) float probs[kChunk];
-  __m512 dots[kChunk];
-  for (int64_t r = 0; r < h.rows; ++r) {
-    const int valid = static_cast<int>(std::min<int64_t>(n, h.first_pos + r / h.groups - k0 + 1));
-    if (valid <= 0) continue;
-    __m512bh q[D / 32];
-    for (int c = 0; c < D / 32; ++c) q[c] = (__m512bh)_mm512_loadu_si512(qb + r * D + 32 * c);
-    for (int j = 0; j < kChunk; ++j) {
-      __m512 a = _mm512_setzero_ps();
-      if (j < valid)
-        for (int c = 0; c < D / 32; ++c) a = _mm512_dpbf16_ps(a, q[c], (__m512bh)_mm512_loadu_si512(krows[j] + 32 * c));
-      dots[j] = a;
-    }
-    const __m512 scores = _mm512_mul_ps(reduce16(dots), _mm512_set1_ps(scale));
-    float* acc = h.acc + r * D;
-    _mm512_store_ps(probs, fold16<D>(scores, valid, h.max[r], h.sum[r], acc));
-    accumulate_values<D>(probs, valid, vr, acc);
-  }
-}
-#endif
-
-// GCC 12 drops __builtin_prefetch in this file's loops (checked in the assembly), so the instruction is spelled out.
-// Into L2 (t1), not L1: a key's rows are 12 lines and L1 tracks few misses; t0 was 1.3 ms per decode layer at
-// batch 64, t1 0.9 ms.
-inline void prefetch_line(const char* address) {
-#if defined(__x86_64__)
-  asm volatile("prefetcht1 %0" : : "m"(*address));
-#else
-  __builtin_prefetch(address, 0, 2);
-#endif
-}
-
-// Ask for one key's K/V rows (every KV head) ahead of use: the blocks lie scattered in the pool, so the
-// hardware prefetcher cannot guess them.
-template <typename cache_t, typename query_t>
-inline void prefetch_key(const Problem<cache_t, query_t>& p, const int32_t* table, int64_t pos) {
-  const int64_t row_bytes = p.kv_heads * p.head_dim * static_cast<int64_t>(sizeof(cache_t));
-  const int64_t base = (table[pos / p.block_size] * p.block_size + pos % p.block_size) * p.kv_heads * p.head_dim;
-  const char* k = reinterpret_cast<const char*>(p.k_cache + base);
-  const char* v = reinterpret_cast<const char*>(p.v_cache + base);
-  for (int64_t b = 0; b < row_bytes; b += 64) {
-    prefetch_line(k + b);
-    prefetch_line(v + b);
-  }
-}
 
 template <typename cache_t, typename query_t, int D>
 void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumulator& st, std::vector<float>& kbuf,
@@ -378,25 +200,6 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
   const int64_t end = first_pos + tokens;
   const bool direct = head_rows <= kDirectMaxRows;
   const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
-#if defined(__AVX512BF16__)
-  constexpr bool kBf16 = std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> &&
-                         D > 0 && D % 32 == 0;
-  const bool bf16_direct = kBf16 && direct;
-  const uint16_t* krows[kMaxKvHeads][kChunk];
-  if (bf16_direct && kv_heads > kMaxKvHeads) TORCH_CHECK(false, "too many KV heads for the bfloat16 decode path");
-  if (bf16_direct) {
-    st.qb.resize(kv_heads * head_rows * dim);
-    for (int64_t h = 0; h < kv_heads; ++h)
-      for (int64_t t = 0; t < tokens; ++t)
-        for (int64_t g = 0; g < groups; ++g) {
-          const auto* src = reinterpret_cast<const uint16_t*>(
-              p.query + (q_start + item.first_token + t) * p.query_stride + (h * groups + g) * dim);
-          std::memcpy(st.qb.data() + ((h * tokens + t) * groups + g) * dim, src, dim * sizeof(uint16_t));
-        }
-  }
-#else
-  const bool bf16_direct = false;
-#endif
   for (int64_t pos = 0; pos < std::min<int64_t>(kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
   for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
@@ -416,12 +219,6 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         float* vd = vbuf.data() + h * head_stride + j * dim;
         float* kd = kbuf.data() + h * head_stride;
         for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
-#if defined(__AVX512BF16__)
-        if (bf16_direct) {
-          krows[h][j] = reinterpret_cast<const uint16_t*>(k);
-          continue;
-        }
-#endif
         if (direct) {
           for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
         } else {
@@ -439,14 +236,6 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
                           head_rows, groups, first_pos};
       const float* kt = kbuf.data() + h * head_stride;
       const float* vr = vbuf.data() + h * head_stride;
-#if defined(__AVX512BF16__)
-      if constexpr (kBf16) {
-        if (bf16_direct) {
-          bf16_direct_chunk<D>(rows, st.qb.data() + r0 * dim, krows[h], vr, k0, n, p.scale);
-          continue;
-        }
-      }
-#endif
 #if defined(__AVX512F__)
       if constexpr (D > 0 && D % 16 == 0) {
         simd_chunk<D>(rows, kt, vr, k0, n, direct);
@@ -483,18 +272,35 @@ std::vector<WorkItem> plan_items(const int32_t* query_start, int64_t num_seqs, i
   return prefill;
 }
 
-template <typename cache_t, typename query_t, int D>
-void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& items) {
+// Hands items to torch's intra-op threads dynamically; each thread builds its scratch once with make_worker()
+// and runs worker(item) for every item it takes.
+template <typename MakeWorker>
+void run_items(const std::vector<WorkItem>& items, MakeWorker make_worker) {
   std::atomic<int64_t> next{0};
   const int64_t total = static_cast<int64_t>(items.size());
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), total));
   at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t worker = begin; worker < end; ++worker) {
-      Accumulator st;
-      std::vector<float> kbuf(p.kv_heads * kChunk * p.head_dim), vbuf(p.kv_heads * kChunk * p.head_dim);
-      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1))
-        run_item<cache_t, query_t, D>(p, items[i], st, kbuf, vbuf);
+    for (int64_t thread = begin; thread < end; ++thread) {
+      auto worker = make_worker();
+      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1)) worker(items[i]);
     }
+  });
+}
+
+template <typename cache_t, typename query_t, int D>
+void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& items) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
+                D % 32 == 0) {
+    run_items(items, [&] { return Bf16ItemRunner<D>(p); });
+    return;
+  }
+#endif
+  run_items(items, [&] {
+    return [&p, st = Accumulator(), kbuf = std::vector<float>(p.kv_heads * kChunk * p.head_dim),
+            vbuf = std::vector<float>(p.kv_heads * kChunk * p.head_dim)](const WorkItem& item) mutable {
+      run_item<cache_t, query_t, D>(p, item, st, kbuf, vbuf);
+    };
   });
 }
 

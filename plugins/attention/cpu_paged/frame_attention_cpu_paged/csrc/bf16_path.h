@@ -1,0 +1,237 @@
+// The bfloat16 path: bfloat16 cache and queries, head_dim a multiple of 32, a CPU with AVX-512 BF16.
+//
+// Both matrix products run on vdpbf16ps, which multiplies pairs of bfloat16 exactly and sums in float32, two
+// products per lane: twice the float32 FMA rate, and K/V are never widened to float.
+// - Scores (Q K^T). Decode rows (direct): a dot product along head_dim per key, sixteen keys reduced at once.
+//   Prefill tiles: the chunk's keys are transposed to [head_dim / 2][16] pairs, so each row's sixteen scores
+//   are one chain over a broadcast query pair.
+// - Values (P V). The chunk's V rows are interleaved two keys at a time (vpunpck{l,h}wd), and each row's
+//   probabilities, rounded to bfloat16, multiply a key pair per instruction. The interleave happens inside
+//   128-bit lanes, so the float accumulators hold head_dim in a fixed permuted order, undone when the row is
+//   written out (see permuted_dim).
+// The online softmax is the float path's (fold16), in float32.
+#pragma once
+
+#include "common.h"
+
+#include <vector>
+
+#if defined(__AVX512BF16__)
+namespace frame_cpu_paged {
+
+// Sixteen vectors to one: lane j holds the sum of a[j]'s lanes (about 3 instructions per vector, against 8 for
+// one _mm512_reduce_add_ps each).
+inline __m512 reduce16(const __m512* a) {
+  __m512 z[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g], a[4 * g + 1]),
+                                   _mm512_unpackhi_ps(a[4 * g], a[4 * g + 1]));
+    const __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(a[4 * g + 2], a[4 * g + 3]),
+                                   _mm512_unpackhi_ps(a[4 * g + 2], a[4 * g + 3]));
+    // Each 128-bit lane l now holds the partial sums over its 4 elements of keys 4g..4g+3.
+    z[g] = _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Where accumulator float f sits in head_dim. Vector 2c holds the low halves of the 128-bit lanes of
+// head_dim [32c, 32c + 32), vector 2c + 1 the high halves: lane 4L + i is element 8L + i, or 8L + 4 + i.
+constexpr int permuted_dim(int f) {
+  return 32 * (f / 32) + 8 * ((f % 16) / 4) + 4 * ((f / 16) % 2) + f % 4;
+}
+
+// acc (one row, D floats in permuted order) += probs . V over the chunk's first `valid` keys; vpairs holds the
+// chunk's V interleaved by key pairs ([kChunk / 2][D / 16] vectors of 16 pairs). probs is zero from `valid` on.
+template <int D>
+inline void accumulate_pairs(__m512 probs, int valid, const __m512i* vpairs, float* acc) {
+  alignas(64) uint32_t pairs[kChunk / 2];  // (p[2k], p[2k + 1]) as one bfloat16 pair each
+  _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), (__m256i)_mm512_cvtneps_pbh(probs));
+  __m512 sums[D / 16];
+  for (int v = 0; v < D / 16; ++v) sums[v] = _mm512_loadu_ps(acc + 16 * v);
+  for (int k = 0; k < (valid + 1) / 2; ++k) {
+    const __m512bh pk = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[k]));
+    for (int v = 0; v < D / 16; ++v) sums[v] = _mm512_dpbf16_ps(sums[v], pk, (__m512bh)vpairs[k * (D / 16) + v]);
+  }
+  for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + 16 * v, sums[v]);
+}
+
+// Runs the items of one call on one thread, keeping its scratch between items.
+template <int D>
+class Bf16ItemRunner {
+ public:
+  using bf16 = c10::BFloat16;
+
+  explicit Bf16ItemRunner(const Problem<bf16, bf16>& p)
+      : p_(p), zeros_(D, 0), vpairs_(kChunk / 2 * D / 16), keys_t_(D / 2 * kChunk) {}
+
+  void operator()(const WorkItem& item) {
+    const int64_t groups = p_.heads / p_.kv_heads, kv_heads = p_.kv_heads, tokens = item.num_tokens;
+    const int64_t head_rows = tokens * groups, rows = kv_heads * head_rows;
+    const int32_t* table = p_.block_tables + item.seq * p_.table_width;
+    const int64_t q_start = p_.query_start[item.seq];
+    const int64_t q_len = p_.query_start[item.seq + 1] - q_start;
+    const int64_t first_pos = p_.seq_lens[item.seq] - q_len + item.first_token;  // the item's first token
+    const int64_t end = first_pos + tokens;  // keys [0, end) cover every row
+
+    // Rows ordered KV head, token, grouped head: r = (h * tokens + t) * groups + g. Padded with zero rows: the
+    // tile path reads queries four rows at a time.
+    queries_.assign((rows + 3) * D, 0);
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t t = 0; t < tokens; ++t)
+        std::memcpy(queries_.data() + (h * tokens + t) * groups * D,
+                    p_.query + (q_start + item.first_token + t) * p_.query_stride + h * groups * D,
+                    groups * D * sizeof(uint16_t));
+    acc_.assign(rows * D, 0.0f);
+    max_.assign(rows, kMasked);
+    sum_.assign(rows, 0.0f);
+
+    const bool direct = head_rows <= kDirectMaxRows;
+    const uint16_t* keys[kChunk];
+    const uint16_t* values[kChunk];
+    int64_t bases[kChunk];
+    int64_t ahead[kChunk];  // pool offsets of the keys kAheadChunks chunks on, prefetched head by head
+    for (int64_t pos = 0; pos < std::min<int64_t>(kAheadChunks * kChunk, end); ++pos) prefetch_key(p_, table, pos);
+    for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
+      const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
+      key_offsets(table, k0, n, bases);
+      const int64_t k_ahead = k0 + kAheadChunks * kChunk;
+      const int n_ahead = static_cast<int>(std::clamp<int64_t>(end - k_ahead, 0, kChunk));
+      key_offsets(table, k_ahead, n_ahead, ahead);
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        // Spread over the heads, so a few dozen requests go out at a time rather than a burst per chunk.
+        for (int j = 0; j < n_ahead; ++j)
+          for (int b = 0; b < D * 2; b += 64) {
+            prefetch_line(reinterpret_cast<const char*>(p_.k_cache + ahead[j] + h * D) + b);
+            prefetch_line(reinterpret_cast<const char*>(p_.v_cache + ahead[j] + h * D) + b);
+          }
+        for (int j = 0; j < kChunk; ++j) {
+          // Past the last key, zeros: a pool slot may hold anything, and 0 * NaN would poison the sums.
+          keys[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.k_cache + bases[j] + h * D) : zeros_.data();
+          values[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.v_cache + bases[j] + h * D) : zeros_.data();
+        }
+        interleave_values(values, n);
+        const HeadState head{h * head_rows, head_rows, groups, first_pos, k0, n};
+        if (direct) {
+          direct_rows(head, keys);
+        } else {
+          transpose_keys(keys);
+          tile_rows(head);
+        }
+      }
+    }
+    write_out(item, q_start, tokens, groups);
+  }
+
+ private:
+  static constexpr int kAheadChunks = 1;
+
+  // Pool offsets (in elements) of keys [k0, k0 + n).
+  void key_offsets(const int32_t* table, int64_t k0, int n, int64_t* out) const {
+    int64_t block = k0 / p_.block_size, offset = k0 % p_.block_size;
+    for (int j = 0; j < n; ++j) {
+      out[j] = (table[block] * p_.block_size + offset) * p_.kv_heads * D;
+      if (++offset == p_.block_size) {
+        offset = 0;
+        ++block;
+      }
+    }
+  }
+
+  struct HeadState {
+    int64_t row0, rows, groups, first_pos, k0;
+    int n;
+    int valid(int64_t r) const { return static_cast<int>(std::min<int64_t>(n, first_pos + r / groups - k0 + 1)); }
+  };
+
+  void interleave_values(const uint16_t* const* values, int n) {
+    for (int k = 0; k < (n + 1) / 2; ++k)
+      for (int c = 0; c < D / 32; ++c) {
+        const __m512i a = _mm512_loadu_si512(values[2 * k] + 32 * c);
+        const __m512i b = _mm512_loadu_si512(values[2 * k + 1] + 32 * c);
+        vpairs_[k * (D / 16) + 2 * c] = _mm512_unpacklo_epi16(a, b);
+        vpairs_[k * (D / 16) + 2 * c + 1] = _mm512_unpackhi_epi16(a, b);
+      }
+  }
+
+  void transpose_keys(const uint16_t* const* keys) {
+    for (int j = 0; j < kChunk; ++j) {
+      const auto* pairs = reinterpret_cast<const uint32_t*>(keys[j]);
+      for (int d2 = 0; d2 < D / 2; ++d2) keys_t_[d2 * kChunk + j] = pairs[d2];
+    }
+  }
+
+  void finish_row(int64_t row, __m512 scores, int valid) {
+    float* acc = acc_.data() + row * D;
+    const __m512 probs = fold16<D>(_mm512_mul_ps(scores, _mm512_set1_ps(p_.scale)), valid, max_[row], sum_[row], acc);
+    accumulate_pairs<D>(probs, valid, vpairs_.data(), acc);
+  }
+
+  // Decode rows: per key a dot product along head_dim straight from the cache.
+  void direct_rows(const HeadState& head, const uint16_t* const* keys) {
+    __m512 dots[kChunk];
+    for (int64_t r = 0; r < head.rows; ++r) {
+      const int valid = head.valid(r);
+      if (valid <= 0) continue;
+      const int64_t row = head.row0 + r;
+      __m512bh q[D / 32];
+      for (int c = 0; c < D / 32; ++c) q[c] = (__m512bh)_mm512_loadu_si512(queries_.data() + row * D + 32 * c);
+      for (int j = 0; j < kChunk; ++j) {
+        __m512 a = _mm512_setzero_ps();
+        if (j < valid)
+          for (int c = 0; c < D / 32; ++c)
+            a = _mm512_dpbf16_ps(a, q[c], (__m512bh)_mm512_loadu_si512(keys[j] + 32 * c));
+        dots[j] = a;
+      }
+      finish_row(row, reduce16(dots), valid);
+    }
+  }
+
+  // Prefill tiles: four rows' sixteen scores as four chains over the transposed key pairs.
+  void tile_rows(const HeadState& head) {
+    // Rows whose token lies before the chunk see none of its keys (rows are ordered by token).
+    const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / 4 * 4;
+    for (int64_t rb = first_seeing; rb < head.rows; rb += 4) {
+      const auto* q = reinterpret_cast<const int32_t*>(queries_.data() + (head.row0 + rb) * D);
+      __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (int d2 = 0; d2 < D / 2; ++d2) {
+        const __m512bh k = (__m512bh)_mm512_loadu_si512(keys_t_.data() + d2 * kChunk);
+        s0 = _mm512_dpbf16_ps(s0, (__m512bh)_mm512_set1_epi32(q[d2]), k);
+        s1 = _mm512_dpbf16_ps(s1, (__m512bh)_mm512_set1_epi32(q[D / 2 + d2]), k);
+        s2 = _mm512_dpbf16_ps(s2, (__m512bh)_mm512_set1_epi32(q[D + d2]), k);
+        s3 = _mm512_dpbf16_ps(s3, (__m512bh)_mm512_set1_epi32(q[3 * D / 2 + d2]), k);
+      }
+      const __m512 scores[4] = {s0, s1, s2, s3};
+      for (int b = 0; b < 4 && rb + b < head.rows; ++b) {
+        const int valid = head.valid(rb + b);
+        if (valid > 0) finish_row(head.row0 + rb + b, scores[b], valid);
+      }
+    }
+  }
+
+  void write_out(const WorkItem& item, int64_t q_start, int64_t tokens, int64_t groups) {
+    for (int64_t h = 0; h < p_.kv_heads; ++h)
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t row = (h * tokens + t) * groups + g;
+          bf16* dst = p_.out + ((q_start + item.first_token + t) * p_.heads + h * groups + g) * D;
+          const float inv = 1.0f / sum_[row];
+          const float* a = acc_.data() + row * D;
+          for (int f = 0; f < D; ++f) dst[permuted_dim(f)] = static_cast<bf16>(a[f] * inv);
+        }
+  }
+
+  const Problem<bf16, bf16>& p_;
+  std::vector<uint16_t> zeros_, queries_;
+  std::vector<__m512i> vpairs_;   // the chunk's V, key pairs interleaved
+  std::vector<uint32_t> keys_t_;  // the chunk's K as [D / 2][kChunk] bfloat16 pairs (prefill tiles)
+  std::vector<float> acc_, max_, sum_;
+};
+
+}  // namespace frame_cpu_paged
+#endif
