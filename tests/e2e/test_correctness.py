@@ -9,6 +9,8 @@ from frame import LLM, SamplingParams
 #: Largest allowed difference between frame's and transformers' top-5 logprobs (float32, same weights).
 LOGPROB_ATOL = 2e-3
 NEW_TOKENS = 64
+#: bfloat16: where frame's and transformers' greedy tokens differ, frame's logprob gap between the two (nats).
+NEAR_TIE = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +65,10 @@ def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) 
 
     Two engines' bfloat16 kernels round differently, so greedy paths may part where two tokens nearly tie. The
     usual check (vLLM's ``check_logprobs_close``): up to the first difference the tokens are equal; there,
-    each side's token is in the other's top 5. And frame's bfloat16 must be as accurate as transformers': the
-    logprobs of the tokens each picked, against float32 on the same tokens, may be off by at most 1.25x
-    transformers' mean error (both are about 0.02 nats), and never by more than 0.3.
+    each side's token is in the other's top 5, and the two are a near tie in frame's distribution. And frame's
+    bfloat16 must be as accurate as transformers': the logprobs of the tokens each picked, against float32 on
+    the same tokens, may be off by at most 1.25x transformers' mean error (both are about 0.02 nats), and never
+    by more than 0.3.
     """
     import copy
 
@@ -73,7 +76,7 @@ def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) 
     llm = LLM(dtype="bfloat16", max_model_len=1024)
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=5)
     results = llm.generate([{"prompt_token_ids": p} for p in chat_prompts], params)
-    identical = 0
+    identical, gaps = 0, []
     errors: dict[str, list[float]] = {"frame": [], "transformers": []}
     for prompt, result in zip(chat_prompts, results, strict=True):
         with torch.inference_mode():
@@ -86,6 +89,10 @@ def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) 
             if a != b:
                 assert a in torch.topk(theirs[position], 5).indices.tolist(), f"position {position}"
                 assert b in mine[position], f"position {position}"
+                # Greedy paths may only part at a near tie: frame rates transformers' pick almost as high as its own.
+                gap = mine[position][a].logprob - mine[position][b].logprob
+                assert gap <= NEAR_TIE, f"position {position}: frame prefers its token by {gap:.3f} nats"
+                gaps.append(gap)
                 break
         else:
             identical += 1
@@ -95,4 +102,4 @@ def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) 
     mean = {name: sum(e) / len(e) for name, e in errors.items()}
     assert mean["frame"] <= 1.25 * mean["transformers"], mean
     assert max(errors["frame"]) <= 0.3
-    assert identical >= len(chat_prompts) // 2
+    print(f"greedy identical for {identical}/{len(chat_prompts)} prompts; ties at the partings: {gaps}")

@@ -54,6 +54,29 @@ def test_large_scores_stay_finite() -> None:
     torch.testing.assert_close(out, reference_attention(q, k, v, k_cache, v_cache, meta, 1.0), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (8, 2, 128)])
+def test_decodes_sharing_prefix_blocks_attend_to_them_together(heads: int, kv_heads: int, dim: int) -> None:
+    # Twelve decodes whose block tables start with the same 13 blocks (a cached system prompt), one prefill and
+    # one decode on blocks of their own: the bfloat16 path scores the shared keys for all sharers at once
+    # (cascade), then each sequence's own keys; the answer must not change.
+    contexts, new = [300, 230, 250, 260, 270, 280, 290, 300, 310, 320, 330, 340, 220, 40], [1] * 12 + [1, 60]
+    q, k, v, k_cache, v_cache, meta = make_batch(contexts, new, 16, heads, kv_heads, dim, seed=8)
+    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
+    shared = meta.block_tables[0, :13].clone()
+    meta.block_tables[1:12, :13] = shared
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16)
+    out = backend.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
+    torch.testing.assert_close(out, reference_attention(q, k, v, k_cache, v_cache, meta, 0.125), atol=2e-2, rtol=2e-2)
+    # The same sequences two at a time (too few sharers for a cascade) give the same answer, to bfloat16 rounding.
+    for pair in range(0, 14, 2):
+        *_, sub_meta = make_batch(contexts[pair:pair + 2], new[pair:pair + 2], 16, heads, kv_heads, dim)
+        rows = slice(sum(new[:pair]), sum(new[:pair + 2]))
+        sub_meta.block_tables = meta.block_tables[pair:pair + 2].clone()
+        sub_meta.slot_mapping = meta.slot_mapping[rows].clone()
+        alone = backend.forward(q[rows], k[rows], v[rows], k_cache.clone(), v_cache.clone(), sub_meta)
+        torch.testing.assert_close(alone, out[rows], atol=1e-2, rtol=1e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_pool_slots_past_each_sequence_never_reach_the_output(dtype: torch.dtype) -> None:
     # A pool slot no sequence owns may hold anything, NaN included (freed blocks, torch.empty).

@@ -85,14 +85,110 @@ inline void accumulate_pairs(__m512i probs, int valid, const __m512i* vpairs, fl
   for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + 16 * v, sums[v]);
 }
 
+// Decode sequences whose block tables begin with the same blocks (a system prompt the prefix cache hands to
+// every request) attend to those keys together first ("cascade" attention): all their query rows against each
+// shared step of keys as one prefill-like tile, so the prefix is read, transposed and interleaved once per
+// call rather than once per sequence, and scored at the tile rate. Each sequence's own item then continues
+// from that softmax state over its remaining keys.
+struct PrefixWork {
+  int32_t group, head, first, count;  // one KV head's rows of members [first, first + count) of a group
+};
+
+template <int D>
+struct Cascade {
+  static constexpr int kMinMembers = 4;        // fewer sharers: the per-sequence path is as fast
+  static constexpr int64_t kMinKeys = 128;     // shorter shared prefixes: not worth a second pass
+  static constexpr int64_t kRowsPerWork = 96;  // rows (sequences x grouped heads) per piece of work
+
+  struct Group {
+    std::vector<int32_t> seqs;
+    int64_t keys;  // keys [0, keys) are shared, whole blocks, before every member's query token
+  };
+  std::vector<Group> groups;
+  std::vector<PrefixWork> work;
+  std::vector<int32_t> slot;      // per sequence: its rows' place in `state`, or -1 when it is in no group
+  std::vector<int64_t> shared;    // per sequence: keys its group covers
+  std::vector<float> state;       // per slot, KV head and grouped head: D accumulators, max, sum
+  int64_t kv_heads, groups_per_kv;
+
+  static constexpr int64_t kRowFloats = D + 2;
+
+  Cascade(const Problem<c10::BFloat16, c10::BFloat16>& p, int64_t num_seqs)
+      : slot(num_seqs, -1), shared(num_seqs, 0), kv_heads(p.kv_heads), groups_per_kv(p.heads / p.kv_heads) {
+    std::vector<std::pair<int32_t, int32_t>> decodes;  // (first block, sequence)
+    for (int64_t s = 0; s < num_seqs; ++s)
+      if (p.query_start[s + 1] - p.query_start[s] == 1 && p.seq_lens[s] - 1 >= kMinKeys)
+        decodes.emplace_back(p.block_tables[s * p.table_width], static_cast<int32_t>(s));
+    std::sort(decodes.begin(), decodes.end());
+    int32_t next_slot = 0;
+    for (size_t a = 0, b = 0; a < decodes.size(); a = b) {
+      while (b < decodes.size() && decodes[b].first == decodes[a].first) ++b;
+      if (b - a < static_cast<size_t>(kMinMembers)) continue;
+      const int32_t* ref = p.block_tables + decodes[a].second * p.table_width;
+      int64_t blocks = p.table_width;
+      for (size_t m = a; m < b; ++m) {
+        const int32_t seq = decodes[m].second;
+        const int32_t* table = p.block_tables + seq * p.table_width;
+        int64_t same = 0;
+        const int64_t visible = (p.seq_lens[seq] - 1) / p.block_size;  // whole blocks before the query token
+        while (same < std::min(blocks, visible) && table[same] == ref[same]) ++same;
+        blocks = same;
+      }
+      if (blocks * p.block_size < kMinKeys) continue;
+      Group group{{}, blocks * p.block_size};
+      for (size_t m = a; m < b; ++m) {
+        group.seqs.push_back(decodes[m].second);
+        slot[decodes[m].second] = next_slot++;
+        shared[decodes[m].second] = group.keys;
+      }
+      const int32_t per_work = static_cast<int32_t>(std::max<int64_t>(1, kRowsPerWork / groups_per_kv));
+      for (int32_t h = 0; h < kv_heads; ++h)
+        for (int32_t first = 0; first < static_cast<int32_t>(group.seqs.size()); first += per_work)
+          work.push_back({static_cast<int32_t>(groups.size()), h, first,
+                          std::min<int32_t>(per_work, static_cast<int32_t>(group.seqs.size()) - first)});
+      groups.push_back(std::move(group));
+    }
+    state.assign(static_cast<size_t>(next_slot) * kv_heads * groups_per_kv * kRowFloats, 0.0f);
+  }
+
+  // The saved state of grouped head g of KV head h of sequence seq (which must be in a group).
+  float* row(int32_t seq, int64_t h, int64_t g) {
+    return state.data() + ((slot[seq] * kv_heads + h) * groups_per_kv + g) * kRowFloats;
+  }
+};
+
 // Runs the items of one call on one thread, keeping its scratch between items.
 template <int D>
 class Bf16ItemRunner {
  public:
   using bf16 = c10::BFloat16;
 
-  explicit Bf16ItemRunner(const Problem<bf16, bf16>& p)
-      : p_(p), zeros_(D, 0), vpairs_(kKeys / 2 * D / 16), keys_t_(D / 2 * kKeys) {}
+  Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>* cascade)
+      : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D / 16), keys_t_(D / 2 * kKeys) {}
+
+  // One piece of a cascade: a group's shared keys for one KV head's rows of some members; saves their state.
+  void prefix(const PrefixWork& work) {
+    const auto& group = cascade_->groups[work.group];
+    const int64_t groups = p_.heads / p_.kv_heads, rows = work.count * groups;
+    queries_.assign((rows + 3) * D, 0);
+    for (int32_t m = 0; m < work.count; ++m)
+      std::memcpy(queries_.data() + m * groups * D,
+                  p_.query + p_.query_start[group.seqs[work.first + m]] * p_.query_stride + work.head * groups * D,
+                  groups * D * sizeof(uint16_t));
+    acc_.assign(rows * D, 0.0f);
+    max_.assign(rows, kMasked);
+    sum_.assign(rows, 0.0f);
+    const int32_t* table = p_.block_tables + group.seqs[0] * p_.table_width;
+    sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
+    for (int32_t m = 0; m < work.count; ++m)
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t r = m * groups + g;
+        float* saved = cascade_->row(group.seqs[work.first + m], work.head, g);
+        std::memcpy(saved, acc_.data() + r * D, D * sizeof(float));
+        saved[D] = max_[r];
+        saved[D + 1] = sum_[r];
+      }
+  }
 
   void operator()(const WorkItem& item) {
     const int64_t groups = p_.heads / p_.kv_heads, kv_heads = p_.kv_heads, tokens = item.num_tokens;
@@ -115,20 +211,39 @@ class Bf16ItemRunner {
     max_.assign(rows, kMasked);
     sum_.assign(rows, 0.0f);
 
-    const bool direct = head_rows <= kDirectMaxRows;
+    int64_t k_begin = 0;
+    if (cascade_ != nullptr && q_len == 1 && cascade_->slot[item.seq] >= 0) {
+      for (int64_t h = 0; h < kv_heads; ++h)
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t r = h * groups + g;
+          const float* saved = cascade_->row(item.seq, h, g);
+          std::memcpy(acc_.data() + r * D, saved, D * sizeof(float));
+          max_[r] = saved[D];
+          sum_[r] = saved[D + 1];
+        }
+      k_begin = cascade_->shared[item.seq];
+    }
+    sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, head_rows <= kDirectMaxRows);
+    write_out(item, q_start, tokens, groups);
+  }
+
+ private:
+  // Attends the rows to keys [k_begin, k_end) of `table` for KV heads [h_begin, h_end) (head h's rows start
+  // at (h - h_begin) * head_rows); the first row's token sits at first_pos.
+  void sweep(const int32_t* table, int64_t k_begin, int64_t k_end, int64_t h_begin, int64_t h_end,
+             int64_t head_rows, int64_t groups, int64_t first_pos, bool direct) {
     const uint16_t* keys[kKeys];
     const uint16_t* values[kKeys];
     int64_t bases[kKeys];
     int64_t ahead[kKeys];  // pool offsets of the next step's keys, prefetched head by head
-    for (int64_t pos = 0; pos < std::min<int64_t>(kKeys, end); ++pos) prefetch_key(p_, table, pos);
-    for (int64_t k0 = 0; k0 < end; k0 += kKeys) {
-      const int n = static_cast<int>(std::min<int64_t>(kKeys, end - k0));
+    for (int64_t pos = k_begin; pos < std::min<int64_t>(k_begin + kKeys, k_end); ++pos) prefetch_key(p_, table, pos);
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kKeys) {
+      const int n = static_cast<int>(std::min<int64_t>(kKeys, k_end - k0));
       key_offsets(table, k0, n, bases);
       const int64_t k_ahead = k0 + kKeys;
-      const int n_ahead = static_cast<int>(std::clamp<int64_t>(end - k_ahead, 0, kKeys));
+      const int n_ahead = static_cast<int>(std::clamp<int64_t>(k_end - k_ahead, 0, kKeys));
       key_offsets(table, k_ahead, n_ahead, ahead);
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        // Spread over the heads, so a few dozen requests go out at a time rather than a burst per chunk.
+      for (int64_t h = h_begin; h < h_end; ++h) {
         queue_prefetches(ahead, n_ahead, h);
         issue_prefetches(kPrefetchBurst);
         for (int j = 0; j < kKeys; ++j) {
@@ -138,7 +253,7 @@ class Bf16ItemRunner {
         }
         interleave_values(values, n);
         issue_prefetches(kPrefetchBurst);
-        const HeadState head{h * head_rows, head_rows, groups, first_pos, k0, n};
+        const HeadState head{(h - h_begin) * head_rows, head_rows, groups, first_pos, k0, n};
         if (direct) {
           direct_rows(head, keys);
         } else {
@@ -148,10 +263,8 @@ class Bf16ItemRunner {
         issue_prefetches(kPrefetchLines);
       }
     }
-    write_out(item, q_start, tokens, groups);
   }
 
- private:
   // Pool offsets (in elements) of keys [k0, k0 + n).
   void key_offsets(const int32_t* table, int64_t k0, int n, int64_t* out) const {
     int64_t block = k0 / p_.block_size, offset = k0 % p_.block_size;
@@ -274,6 +387,7 @@ class Bf16ItemRunner {
   }
 
   const Problem<bf16, bf16>& p_;
+  Cascade<D>* cascade_;  // may be null
   std::vector<uint16_t> zeros_, queries_;
   std::vector<__m512i> vpairs_;   // the step's V, key pairs interleaved
   std::vector<uint32_t> keys_t_;  // the step's K as [D / 2][kKeys] bfloat16 pairs (prefill tiles)

@@ -119,6 +119,7 @@ struct Problem {
   int64_t table_width, block_size, heads, kv_heads, head_dim;
   float scale;
   int64_t query_stride;
+  int64_t num_seqs;
 };
 
 // GCC 12 drops __builtin_prefetch in this file's loops (checked in the assembly), so the instruction is spelled out.

@@ -274,8 +274,8 @@ std::vector<WorkItem> plan_items(const int32_t* query_start, int64_t num_seqs, i
 
 // Hands items to torch's intra-op threads dynamically; each thread builds its scratch once with make_worker()
 // and runs worker(item) for every item it takes.
-template <typename MakeWorker>
-void run_items(const std::vector<WorkItem>& items, MakeWorker make_worker) {
+template <typename Item, typename MakeWorker>
+void run_items(const std::vector<Item>& items, MakeWorker make_worker) {
   std::atomic<int64_t> next{0};
   const int64_t total = static_cast<int64_t>(items.size());
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), total));
@@ -292,7 +292,12 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
 #if defined(__AVX512BF16__)
   if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
                 D % 32 == 0) {
-    run_items(items, [&] { return Bf16ItemRunner<D>(p); });
+    Cascade<D> cascade(p, p.num_seqs);
+    if (!cascade.work.empty())
+      run_items(cascade.work, [&] {
+        return [runner = Bf16ItemRunner<D>(p, &cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
+      });
+    run_items(items, [&] { return Bf16ItemRunner<D>(p, &cascade); });
     return;
   }
 #endif
@@ -363,7 +368,7 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     using query_t = std::remove_const_t<std::remove_pointer_t<decltype(q)>>;
     Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
                                 lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
-                                head_dim, static_cast<float>(scale), query.stride(0)};
+                                head_dim, static_cast<float>(scale), query.stride(0), lens.numel()};
     dispatch_dim<cache_t, query_t>(p, items);
   };
   auto with_query = [&](auto* k, auto* v) {
