@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -186,6 +187,21 @@ class VllmProcess:
         result["peak_rss_mib"] = peak_rss_mib(self.proc.pid)  # read while vLLM's engine processes are alive
         return result
 
+    def cpu_seconds(self) -> float:
+        """CPU time vLLM's process tree has used so far (user + system)."""
+        total = 0
+        for pid in process_tree(self.proc.pid):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                total += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])
+        return total / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to vLLM's whole process tree (SIGSTOP to pause it while frame runs, SIGCONT after)."""
+        for pid in process_tree(self.proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
@@ -258,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-vllm-log", action="store_true", help="echo vLLM's own log to stderr")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per system, alternating")
+    parser.add_argument("--pause-vllm", action=argparse.BooleanOptionalAction, default=True,
+                        help="stop vLLM's processes (SIGSTOP) while frame runs, as frame sleeps while vLLM runs: "
+                             "its idle engine still wakes up, and on two cores every wake-up stalls frame's "
+                             "OpenMP threads")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--json", type=Path, default=None)
@@ -307,9 +327,19 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             if run_frame:
                 engine.cache.reset()
+                if vllm is not None and args.pause_vllm:
+                    vllm.signal(signal.SIGSTOP)
+                vllm_cpu = vllm.cpu_seconds() if vllm is not None else 0.0
                 meter.foreign_cores()
-                result = drive(engine, requests)
+                try:
+                    result = drive(engine, requests)
+                finally:
+                    if vllm is not None:
+                        vllm_cpu = vllm.cpu_seconds() - vllm_cpu
+                        vllm.signal(signal.SIGCONT)
                 background["frame"].append(meter.foreign_cores())
+                if vllm is not None:
+                    console.print(f"  vLLM's idle processes used {vllm_cpu:.2f} CPU s during frame's round")
                 summary = result.summary()
                 rounds["frame"].append(summary["output_tok_s"])
                 if len(requests) == 1 and result.timings[0].ttft is not None:
