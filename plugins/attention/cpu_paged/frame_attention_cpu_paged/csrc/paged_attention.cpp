@@ -2,14 +2,17 @@
 // decodes), reading K/V straight from the block pool through each sequence's block table.
 //
 // Work is split into items of (sequence, tile of query tokens) covering every head, so each block of the pool
-// is read front to back once per item (the next chunk's rows are prefetched while this one computes); the
-// query heads that share a KV head are processed together. Every item runs an online softmax over its keys, 16
-// keys at a time, in float32. Items are handed to torch's intra-op threads dynamically, the expensive prefill
-// tiles first.
+// is read front to back once per item (the next keys are prefetched while this one computes); the query heads
+// that share a KV head are processed together. Every item runs an online softmax over its keys in float32.
+// Items are handed to torch's intra-op threads dynamically, the expensive prefill tiles first.
 //
-// Two inner paths: few query rows (decodes) take dot products along head_dim, one K row at a time; many rows
-// (prefill tiles) first transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain.
-// Both have AVX-512 versions (head_dim a multiple of 16) beside generic loops the compiler vectorises.
+// Two implementations:
+// - bf16_path.h, for a bfloat16 cache and queries on CPUs with AVX-512 BF16 (head_dim a multiple of 32): both
+//   products on vdpbf16ps, 32-key softmax steps, and cascade attention over prefix blocks that decodes share.
+// - This file, for everything else (float32, float16, other head sizes, other CPUs), 16 keys a step. Few query
+//   rows (decodes) take dot products along head_dim, one K row at a time; many rows (prefill tiles) first
+//   transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain. Both have AVX-512
+//   versions (head_dim a multiple of 16) beside generic loops the compiler vectorises.
 
 #include "common.h"
 #include "bf16_path.h"

@@ -1,0 +1,27 @@
+"""Every plugin wheel ships the native sources its kernels are built from (headers included)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE = sorted(p for p in ROOT.glob("plugins/*/*/*/csrc") if p.is_dir())
+
+
+@pytest.mark.parametrize("csrc", NATIVE, ids=lambda p: p.parent.name)
+def test_package_data_covers_every_native_source(csrc: Path) -> None:
+    plugin = csrc.parents[1]
+    package = csrc.parent.name
+    patterns = tomllib.loads((plugin / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][package]
+    for source in csrc.iterdir():
+        relative = source.relative_to(csrc.parent).as_posix()
+        assert any(fnmatch.fnmatch(relative, p) for p in patterns), f"{plugin.name}'s wheel would miss {relative}"
+
+
+def test_the_plugins_with_native_sources_are_found() -> None:
+    assert {p.parent.name for p in NATIVE} >= {"frame_attention_cpu_paged", "frame_platform_cpu"}
