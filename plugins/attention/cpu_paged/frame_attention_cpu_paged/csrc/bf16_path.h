@@ -164,27 +164,24 @@ class Bf16ItemRunner {
  public:
   using bf16 = c10::BFloat16;
 
-  Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>* cascade)
+  Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>& cascade)
       : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys) {}
 
   // One piece of a cascade: a group's shared keys for one KV head's rows of some members; saves their state.
   void prefix(const PrefixWork& work) {
-    const auto& group = cascade_->groups[work.group];
+    const auto& group = cascade_.groups[work.group];
     const int64_t groups = p_.heads / p_.kv_heads, rows = work.count * groups;
-    queries_.assign((rows + 3) * D, 0);
+    start_rows(rows);
     for (int32_t m = 0; m < work.count; ++m)
       std::memcpy(queries_.data() + m * groups * D,
                   p_.query + p_.query_start[group.seqs[work.first + m]] * p_.query_stride + work.head * groups * D,
                   groups * D * sizeof(uint16_t));
-    acc_.assign(rows * D, 0.0f);
-    max_.assign(rows, kMasked);
-    sum_.assign(rows, 0.0f);
     const int32_t* table = p_.block_tables + group.seqs[0] * p_.table_width;
     sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
     for (int32_t m = 0; m < work.count; ++m)
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t r = m * groups + g;
-        float* saved = cascade_->row(group.seqs[work.first + m], work.head, g);
+        float* saved = cascade_.row(group.seqs[work.first + m], work.head, g);
         std::memcpy(saved, acc_.data() + r * D, D * sizeof(float));
         saved[D] = max_[r];
         saved[D + 1] = sum_[r];
@@ -200,35 +197,40 @@ class Bf16ItemRunner {
     const int64_t first_pos = p_.seq_lens[item.seq] - q_len + item.first_token;  // the item's first token
     const int64_t end = first_pos + tokens;  // keys [0, end) cover every row
 
-    // Rows ordered KV head, token, grouped head: r = (h * tokens + t) * groups + g. Padded with zero rows: the
-    // tile path reads queries four rows at a time.
-    queries_.assign((rows + 3) * D, 0);
+    // Rows ordered KV head, token, grouped head: r = (h * tokens + t) * groups + g.
+    start_rows(rows);
     for (int64_t h = 0; h < kv_heads; ++h)
       for (int64_t t = 0; t < tokens; ++t)
         std::memcpy(queries_.data() + (h * tokens + t) * groups * D,
                     p_.query + (q_start + item.first_token + t) * p_.query_stride + h * groups * D,
                     groups * D * sizeof(uint16_t));
-    acc_.assign(rows * D, 0.0f);
-    max_.assign(rows, kMasked);
-    sum_.assign(rows, 0.0f);
 
     int64_t k_begin = 0;
-    if (cascade_ != nullptr && q_len == 1 && cascade_->slot[item.seq] >= 0) {
+    if (q_len == 1 && cascade_.slot[item.seq] >= 0) {
       for (int64_t h = 0; h < kv_heads; ++h)
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t r = h * groups + g;
-          const float* saved = cascade_->row(item.seq, h, g);
+          const float* saved = cascade_.row(item.seq, h, g);
           std::memcpy(acc_.data() + r * D, saved, D * sizeof(float));
           max_[r] = saved[D];
           sum_[r] = saved[D + 1];
         }
-      k_begin = cascade_->shared[item.seq];
+      k_begin = cascade_.shared[item.seq];
     }
     sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, head_rows <= kDirectMaxRows);
     write_out(item, q_start, tokens, groups);
   }
 
  private:
+  // Empty softmax state for `rows` rows, and room for their queries (zero-padded: the tile path reads queries
+  // four rows at a time).
+  void start_rows(int64_t rows) {
+    queries_.assign((rows + 3) * D, 0);
+    acc_.assign(rows * D, 0.0f);
+    max_.assign(rows, kMasked);
+    sum_.assign(rows, 0.0f);
+  }
+
   // Attends the rows to keys [k_begin, k_end) of `table` for KV heads [h_begin, h_end) (head h's rows start
   // at (h - h_begin) * head_rows); the first row's token sits at first_pos.
   void sweep(const int32_t* table, int64_t k_begin, int64_t k_end, int64_t h_begin, int64_t h_end,
@@ -391,7 +393,7 @@ class Bf16ItemRunner {
   }
 
   const Problem<bf16, bf16>& p_;
-  Cascade<D>* cascade_;  // may be null
+  Cascade<D>& cascade_;
   std::vector<uint16_t> zeros_, queries_;
   std::vector<uint32_t> vpairs_;  // the step's V, key pairs interleaved: [kKeys / 2][D / 16] vectors of 16 pairs
   std::vector<uint32_t> keys_t_;  // the step's K as [D / 2][kKeys] bfloat16 pairs (prefill tiles)

@@ -27,7 +27,39 @@ namespace {
 
 using namespace frame_cpu_paged;
 
+constexpr int kChunk = 16;          // keys per online-softmax step
+constexpr int kTargetRows = 192;    // query rows (tokens x grouped heads) a prefill tile aims for
+constexpr int kPrefetchAhead = 24;  // keys: about one chunk of compute ahead of the loads
+
+inline float to_float(float x) { return x; }
+template <typename T>
+inline T from_float(float x) { return static_cast<T>(x); }  // c10::BFloat16 / c10::Half round to nearest even
+inline float to_float(c10::Half x) { return static_cast<float>(x); }
+inline float to_float(c10::BFloat16 x) {
+  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 #if defined(__AVX512F__)
+// Online-softmax update of one row with this chunk's scores (lanes below `valid` are real keys): returns the
+// probabilities to multiply V by (zero in the padding lanes) and rescales the row's accumulator.
+template <int D>
+inline __m512 fold16(__m512 scores, int valid, float& row_max, float& row_sum, float* acc) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+  const float new_max = std::max(row_max, _mm512_mask_reduce_max_ps(mask, scores));
+  const float correction = new_max > row_max ? std::exp(row_max - new_max) : 1.0f;
+  const __m512 probs = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
+  row_sum = row_sum * correction + _mm512_reduce_add_ps(probs);
+  row_max = new_max;
+  if (correction != 1.0f) {
+    const __m512 c = _mm512_set1_ps(correction);
+    for (int d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), c));
+  }
+  return probs;
+}
+
 // acc (one row, D floats) += sum_j probs[j] * V[j] over the chunk's `valid` V rows (float, [kChunk][D]).
 template <int D>
 inline void accumulate_values(const float* probs, int valid, const float* vrows, float* acc) {
@@ -298,9 +330,9 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
     Cascade<D> cascade(p, p.num_seqs);
     if (!cascade.work.empty())
       run_items(cascade.work, [&] {
-        return [runner = Bf16ItemRunner<D>(p, &cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
+        return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
       });
-    run_items(items, [&] { return Bf16ItemRunner<D>(p, &cascade); });
+    run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); });
     return;
   }
 #endif
