@@ -100,6 +100,16 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds that ``pid`` and its live descendants have used so far."""
+    ticks = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{member}/stat").read_text()
+            ticks += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])  # utime, stime
+    return ticks / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
 def _status_kib(pid: int, field: str) -> int:
     """A ``kB`` field (``VmHWM``, ``VmRSS``) of ``/proc/PID/status``; 0 when it cannot be read."""
     try:
@@ -139,14 +149,7 @@ class CpuMeter:
         except (OSError, ValueError):
             return None
         busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-        own = 0
-        for pid in process_tree(os.getpid()):
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            own += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])  # utime, stime
-        return time.monotonic(), busy / self.tick, own / self.tick
+        return time.monotonic(), busy / self.tick, tree_cpu_seconds(os.getpid())
 
     def foreign_cores(self) -> float | None:
         """Average cores that other processes used since the last call (None where /proc is missing)."""
@@ -189,12 +192,7 @@ class VllmProcess:
 
     def cpu_seconds(self) -> float:
         """CPU time vLLM's process tree has used so far (user + system)."""
-        total = 0
-        for pid in process_tree(self.proc.pid):
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{pid}/stat").read_text()
-                total += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])
-        return total / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+        return tree_cpu_seconds(self.proc.pid)
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to vLLM's whole process tree (SIGSTOP to pause it while frame runs, SIGCONT after)."""
