@@ -24,8 +24,8 @@ class CpuOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
     kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
     native_kernels: bool = Field(
-        True, description="use the platform's kernels for bfloat16 layers (native small-batch linear and fused norm, "
-                    "prepacked oneDNN weights)"
+        True, description="use the platform's kernels for bfloat16 layers (linears on packed weights, fused norm, "
+                    "activation and rotary)"
     )
 
 
@@ -89,8 +89,8 @@ class CpuPlatform(Platform):
         return sorted(installed)[0]
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
-        """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel for one or two rows, prepacked
-        oneDNN beyond), the fused residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
+        """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel on weights packed once; oneDNN
+        for shapes it does not take), the fused residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
         (bit-exact) path."""
         if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
             return None

@@ -1,4 +1,4 @@
-"""The cpu platform's native kernels: the small-batch bfloat16 linear and the fused residual-add RMSNorm."""
+"""The cpu platform's native kernels: the packed bfloat16 linear, fused norm, activation and rotary."""
 
 from __future__ import annotations
 
@@ -18,37 +18,58 @@ def _kernels_loaded() -> None:
     kernels.load()
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13, 16])
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_small_linear_matches_the_exact_product(rows: int, with_bias: bool) -> None:
+def test_packed_weight_layout_pairs_inputs_per_column_panel() -> None:
+    weight = torch.arange(48 * 6, dtype=torch.float32).reshape(48, 6).bfloat16()
+    packed = kernels.pack_weight(weight)
+    whole = packed[: 32 * 6].reshape(3, 32, 2)  # one 32-column panel: [in / 2][32][2]
+    tail = packed[32 * 6 :].reshape(3, 16, 2)  # then a 16-column one
+    for pair in range(3):
+        for column in range(32):
+            assert torch.equal(whole[pair, column], weight[column, 2 * pair : 2 * pair + 2])
+        for column in range(16):
+            assert torch.equal(tail[pair, column], weight[32 + column, 2 * pair : 2 * pair + 2])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 13, 14, 15, 64, 300])
+@pytest.mark.parametrize(("out_features", "with_bias"), [(96, False), (208, True)])
+def test_packed_linear_matches_the_exact_product(rows: int, out_features: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows)
-    # 600 inputs: a masked tail after the 32-wide steps; 200 outputs: a partial row tile.
+    # 208 outputs: six whole 32-column panels and a 16-column one; 14 rows a register tile, so 15 and 300 leave one.
     x = torch.randn(rows, 600, generator=gen).bfloat16()
-    weight = torch.randn(200, 600, generator=gen).bfloat16()
-    bias = torch.randn(200, generator=gen).bfloat16() if with_bias else None
-    got = torch.ops.frame_cpu.small_linear(x, weight, bias)
+    weight = torch.randn(out_features, 600, generator=gen).bfloat16()
+    bias = torch.randn(out_features, generator=gen).bfloat16() if with_bias else None
+    got = kernels.bfloat16_linear(weight, bias)(x)
     exact = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
-    assert got.dtype == torch.bfloat16 and got.shape == (rows, 200)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, out_features)
     # One bfloat16 rounding of a float32 sum: within an ulp of bfloat16 (2^-8 relative) of the exact value.
     torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
 
 
-@pytest.mark.parametrize("rows", [3, 64, 300])
-def test_larger_batches_take_prepacked_onednn_bitwise_equal_to_f_linear(rows: int) -> None:
+def test_a_rows_result_does_not_depend_on_its_batch() -> None:
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 576, generator=gen).bfloat16()
+    linear = kernels.bfloat16_linear(weight, None)
+    x = torch.randn(40, 576, generator=gen).bfloat16()
+    together = linear(x)
+    for row in (0, 13, 14, 39):
+        assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
+        assert torch.equal(linear(x[row:]), together[row:])
+
+
+@pytest.mark.parametrize("rows", [1, 64])
+def test_shapes_the_packed_kernel_does_not_take_go_to_onednn_bitwise_equal_to_f_linear(rows: int) -> None:
     gen = torch.Generator().manual_seed(rows)
-    weight, bias = torch.randn(96, 48, generator=gen).bfloat16(), torch.randn(96, generator=gen).bfloat16()
-    linear = kernels.bfloat16_linear(weight, bias)
+    weight, bias = torch.randn(100, 48, generator=gen).bfloat16(), torch.randn(100, generator=gen).bfloat16()
+    linear = kernels.bfloat16_linear(weight, bias)  # 100 outputs: not a multiple of 16
     x = torch.randn(rows, 48, generator=gen).bfloat16()
     assert torch.equal(linear(x), F.linear(x, weight, bias))
 
 
-def test_other_shapes_and_dtypes_go_to_f_linear() -> None:
+def test_other_ranks_go_to_f_linear() -> None:
     weight = torch.randn(64, 32).bfloat16()
     linear = kernels.bfloat16_linear(weight, None)
     batched = torch.randn(2, 3, 32).bfloat16()
     assert torch.equal(linear(batched), F.linear(batched, weight))
-    single = torch.randn(1, 32).bfloat16()
-    assert torch.equal(linear(single), torch.ops.frame_cpu.small_linear(single, weight, None))
 
 
 @pytest.mark.parametrize("rows", [1, 5, 64])
