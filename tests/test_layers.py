@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, SiluAndMul, attach_platform_kernels
+from frame.layers import Linear, RMSNorm, SiluAndMul, SwiGLUProjection, attach_platform_kernels
 from torch import nn
 
 
@@ -97,3 +97,13 @@ def test_a_platform_without_kernels_leaves_torch_in_place() -> None:
     assert model.proj.kernel is None and model.norm.kernel is None
     x = torch.randn(2, 6)
     assert torch.equal(model.act(x), F.silu(x[:, :3]) * x[:, 3:])
+
+
+def test_swiglu_projection_reference_is_the_linear_then_the_activation() -> None:
+    layer = SwiGLUProjection(4, 3, True, torch.device("cpu"), torch.float32)
+    for p in layer.parameters():
+        p.data.normal_()
+    x = torch.randn(5, 4)
+    gate_up = F.linear(x, layer.weight, layer.bias)
+    assert layer.weight.shape == (6, 4)
+    assert torch.equal(layer(x), F.silu(gate_up[:, :3]) * gate_up[:, 3:])

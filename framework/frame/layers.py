@@ -1,10 +1,11 @@
 """Layers model families build from, whose kernels a platform may take over once the weights are loaded.
 
-Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits), :class:`RMSNorm` for their
-norms, :class:`SiluAndMul` for SwiGLU and :class:`RotateHalves` for rotary embeddings. After loading,
-:func:`attach_platform_kernels` asks the platform for a faster kernel per layer (:meth:`Platform.layer_kernel`): a
-CPU's prepacked or small-batch bfloat16 matmul, a fused residual-add norm, fused activation and rotary. Without
-one, the plain torch code below runs; it is also the reference.
+Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits), :class:`SwiGLUProjection`
+for a SwiGLU MLP's gate-up matmul and activation (or :class:`Linear` then :class:`SiluAndMul`), :class:`RMSNorm` for
+their norms and :class:`RotateHalves` for rotary embeddings. After loading, :func:`attach_platform_kernels` asks the
+platform for a faster kernel per layer (:meth:`Platform.layer_kernel`): a CPU's packed bfloat16 matmul, with the
+activation in its epilogue for the SwiGLU projection, a fused residual-add norm and rotary. Without one, the plain
+torch code below runs; it is also the reference.
 """
 
 from __future__ import annotations
@@ -66,6 +67,27 @@ class SiluAndMul(KernelLayer):
     def reference(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+class SwiGLUProjection(KernelLayer):
+    """SwiGLU's input side in one layer: ``silu(gate) * up`` for ``[gate | up] = x W^T + b``, ``weight``
+    ``[2 * intermediate, in]`` with the gate rows first.
+
+    One layer rather than a :class:`Linear` and a :class:`SiluAndMul`, so that a platform can apply the activation
+    in the matmul's epilogue and never write the ``2 * intermediate``-wide product to memory.
+    """
+
+    def __init__(self, n_in: int, intermediate: int, bias: bool, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = empty_parameter(2 * intermediate, n_in, device=device, dtype=dtype)
+        self.bias = empty_parameter(2 * intermediate, device=device, dtype=dtype) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            out = self.kernel(x)
+            if out is not None:
+                return out
+        return SiluAndMul.reference(F.linear(x, self.weight, self.bias))
 
 
 class RotateHalves(KernelLayer):

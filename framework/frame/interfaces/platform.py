@@ -61,9 +61,9 @@ class Platform(ABC):
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """A faster kernel for one loaded :class:`frame.layers.KernelLayer` here, or None to keep torch's code.
 
-        Called once per such layer (``Linear``, ``RMSNorm``, ``SiluAndMul``) after the weights load. The kernel
-        takes the layer's ``forward`` arguments and returns its result up to rounding, or None for a call it does
-        not handle (another dtype or shape), which then runs the layer's torch reference. It may keep state made
-        once, such as a prepacked copy of the weight.
+        Called once per such layer (``Linear``, ``SwiGLUProjection``, ``RMSNorm``, ``SiluAndMul``, ``RotateHalves``)
+        after the weights load. The kernel takes the layer's ``forward`` arguments and returns its result up to
+        rounding, or None for a call it does not handle (another dtype or shape), which then runs the layer's torch
+        reference. It may keep state made once, such as a prepacked copy of the weight.
         """
         return None

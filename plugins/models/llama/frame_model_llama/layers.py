@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
-from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul
+from frame.layers import Linear, RMSNorm, RotateHalves, SwiGLUProjection
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
@@ -41,16 +41,15 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: ``down(silu(gate(x)) * up(x))`` with gate and up in one matmul."""
+    """SwiGLU: ``down(silu(gate(x)) * up(x))`` with gate, up and the activation in one layer."""
 
     def __init__(self, args: LlamaArgs, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.gate_up = Linear(args.hidden_size, 2 * args.intermediate_size, args.mlp_bias, device, dtype)
-        self.act = SiluAndMul()
+        self.gate_up = SwiGLUProjection(args.hidden_size, args.intermediate_size, args.mlp_bias, device, dtype)
         self.down_proj = Linear(args.intermediate_size, args.hidden_size, args.mlp_bias, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_up(x)))
+        return self.down_proj(self.gate_up(x))
 
 
 class DecoderLayer(nn.Module):

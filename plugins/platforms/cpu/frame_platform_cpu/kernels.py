@@ -1,5 +1,5 @@
-"""The platform's C++ kernels (``csrc/*.cpp``: the packed bfloat16 linear, fused residual-add RMSNorm,
-fused SwiGLU activation, in-place rotary).
+"""The platform's C++ kernels (``csrc/*.cpp``: the packed bfloat16 linear, with SwiGLU in its epilogue for the
+gate-up projection, fused residual-add RMSNorm, fused SwiGLU activation, in-place rotary).
 
 Built for this CPU on first use (:mod:`frame.native`).
 
@@ -43,6 +43,18 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).contiguous()
 
 
+def pack_swiglu_weight(weight: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's ``[gate | up]`` weight [2 * intermediate, in] for ``packed_swiglu``: each 32-column panel holds 16
+    gate columns, then the 16 up columns of the same features."""
+    return pack_weight(_pair_gate_with_up(weight))
+
+
+def _pair_gate_with_up(rows: torch.Tensor) -> torch.Tensor:
+    """Reorder ``[gate | up]`` rows (or a bias) as gate 0-15, up 0-15, gate 16-31, up 16-31, ..."""
+    intermediate = rows.shape[0] // 2
+    return rows.reshape(2, intermediate // 16, 16, *rows.shape[1:]).transpose(0, 1).reshape(rows.shape)
+
+
 def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
     """``F.linear`` over a bfloat16 ``weight`` for 2-D bfloat16 inputs of any number of rows.
 
@@ -71,6 +83,25 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
         return pointwise(x, prepacked, bias, "none", [], "")
 
     return onednn_linear
+
+
+def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
+    """``silu(gate) * up`` of ``[gate | up] = x W^T + b`` for 2-D bfloat16 inputs, the activation applied in the
+    packed matmul's epilogue; None when the shape does not allow it (an odd ``in``, an intermediate size that is
+    not a multiple of 16), which keeps the layer's torch path."""
+    load()
+    intermediate, in_features = weight.shape[0] // 2, weight.shape[1]
+    if intermediate % 16 or in_features % 2:
+        return None
+    op, packed = torch.ops.frame_cpu.packed_swiglu.default, pack_swiglu_weight(weight)
+    paired_bias = None if bias is None else _pair_gate_with_up(bias).contiguous()
+
+    def swiglu(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dtype != torch.bfloat16 or x.dim() != 2:
+            return None
+        return op(x, packed, paired_bias, intermediate)
+
+    return swiglu
 
 
 def fused_add_rms_norm(weight: torch.Tensor, eps: float):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul
+from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import kernels, probe
@@ -90,7 +90,8 @@ class CpuPlatform(Platform):
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel on weights packed once; oneDNN
-        for shapes it does not take), the fused residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
+        for shapes it does not take), SwiGLU's projection with the activation in its epilogue, the fused
+        residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
         (bit-exact) path."""
         if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
             return None
@@ -98,6 +99,10 @@ class CpuPlatform(Platform):
             if layer.weight.dtype != torch.bfloat16 or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
                 return None
             return kernels.bfloat16_linear(layer.weight, layer.bias)
+        if isinstance(layer, SwiGLUProjection):
+            if layer.weight.dtype != torch.bfloat16:
+                return None
+            return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
         if isinstance(layer, RMSNorm):
             return kernels.fused_add_rms_norm(layer.weight, layer.eps) if layer.weight.dtype == torch.bfloat16 else None
         if isinstance(layer, SiluAndMul):

@@ -56,6 +56,26 @@ def test_a_rows_result_does_not_depend_on_its_batch() -> None:
         assert torch.equal(linear(x[row:]), together[row:])
 
 
+@pytest.mark.parametrize("rows", [1, 15, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_swiglu_projection_has_the_bits_of_the_linear_then_the_activation_kernel(rows: int, with_bias: bool) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    weight = (torch.randn(2 * 48, 576, generator=gen) * 0.1).bfloat16()  # 48 features: three 16-column pairs
+    bias = torch.randn(2 * 48, generator=gen).bfloat16() if with_bias else None
+    x = torch.randn(rows, 576, generator=gen).bfloat16()
+    fused = kernels.bfloat16_swiglu_projection(weight, bias)(x)
+    unfused = kernels.fused_silu_and_mul()(kernels.bfloat16_linear(weight, bias)(x))
+    assert fused.shape == (rows, 48) and torch.equal(fused, unfused)
+    gate_up = F.linear(x, weight, bias)
+    torch.testing.assert_close(fused, F.silu(gate_up[:, :48]) * gate_up[:, 48:], rtol=2e-2, atol=2e-2)
+
+
+def test_swiglu_projection_declines_what_it_cannot_pack() -> None:
+    assert kernels.bfloat16_swiglu_projection(torch.randn(2 * 40, 64).bfloat16(), None) is None  # 40 features
+    swiglu = kernels.bfloat16_swiglu_projection(torch.randn(2 * 32, 64).bfloat16(), None)
+    assert swiglu(torch.randn(2, 3, 64).bfloat16()) is None and swiglu(torch.randn(2, 64)) is None
+
+
 @pytest.mark.parametrize("rows", [1, 64])
 def test_shapes_the_packed_kernel_does_not_take_go_to_onednn_bitwise_equal_to_f_linear(rows: int) -> None:
     gen = torch.Generator().manual_seed(rows)

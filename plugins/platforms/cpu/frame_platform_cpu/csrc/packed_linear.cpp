@@ -11,12 +11,19 @@
 //
 // Each output is one float32 sum over k in the same order whatever the number of rows, so a row's result does not
 // depend on what it is batched with.
+//
+// `packed_swiglu` is the same product for SwiGLU's [gate | up] weight packed so that each panel holds 16 gate
+// columns and the 16 matching up columns (`pack_swiglu_weight`): the epilogue rounds both to bfloat16, as the
+// matmul's output would be, and stores silu(gate) * up (swiglu.h), so the twice-as-wide product never reaches
+// memory. The result has the same bits as the matmul followed by the `silu_and_mul` kernel.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
+
+#include "swiglu.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -38,8 +45,9 @@ inline __m512bh broadcast_pair(const uint16_t* x) {
   return (__m512bh)_mm512_set1_epi32(pair);
 }
 
-// y[r, 0:16*C] for R rows: C is 2 for a whole panel, 1 for a trailing 16-column one.
-template <int R, int C>
+// y[r, 0:16*C] for R rows: C is 2 for a whole panel, 1 for a trailing 16-column one. Gated: y[r, 0:16] is
+// silu(columns 0-15) * (columns 16-31).
+template <int R, int C, bool Gated>
 void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias, uint16_t* y,
           int64_t ldy) {
   __m512 acc[R][C];
@@ -59,21 +67,28 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
     }
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
-    for (int c = 0; c < C; ++c) {
-      __m512 v = acc[r][c];
-      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * c));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(v));
+    for (int c = 0; c < C; ++c)
+      if (bias != nullptr) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_loadu_ps(bias + 16 * c));
+    if constexpr (Gated) {
+      static_assert(C == 2, "a gated panel holds 16 gate and 16 up columns");
+      const __m256i out = frame_cpu::swiglu16(frame_cpu::round_to_bf16(acc[r][0]), frame_cpu::round_to_bf16(acc[r][1]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy), out);
+    } else {
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[r][c]));
     }
+  }
 }
 
-template <int C>
+template <int C, bool Gated>
 void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias,
                uint16_t* y, int64_t ldy) {
   switch (rows) {
 #define FRAME_TILE_CASE(R) \
-  case R: tile<R, C>(x, ldx, panel, pairs, bias, y, ldy); break;
+  case R: tile<R, C, Gated>(x, ldx, panel, pairs, bias, y, ldy); break;
     FRAME_TILE_CASE(1) FRAME_TILE_CASE(2) FRAME_TILE_CASE(3) FRAME_TILE_CASE(4) FRAME_TILE_CASE(5)
     FRAME_TILE_CASE(6) FRAME_TILE_CASE(7) FRAME_TILE_CASE(8) FRAME_TILE_CASE(9) FRAME_TILE_CASE(10)
     FRAME_TILE_CASE(11) FRAME_TILE_CASE(12) FRAME_TILE_CASE(13) FRAME_TILE_CASE(14)
@@ -82,39 +97,42 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, 
   }
 }
 
-// Every row of x against one panel of C x 16 columns, kRowTile rows at a time.
-template <int C>
+// Every row of x against one panel of C x 16 columns, kRowTile rows at a time; y has rows of ldy.
+template <int C, bool Gated>
 void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* panel, const float* bias, uint16_t* y,
-                   int64_t n) {
+                   int64_t ldy) {
   for (int64_t r = 0; r < m; r += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r));
-    tile_rows<C>(rows, x + r * k, k, panel, k / 2, bias, y + r * n, n);
+    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy);
   }
 }
 #endif
 
-at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                         int64_t out_features) {
+// x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated.
+at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                          int64_t n, bool gated) {
 #if defined(__AVX512BF16__)
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
               "packed_linear takes a bfloat16 x and a bfloat16 packed weight");
   TORCH_CHECK(x.dim() == 2, "packed_linear takes x of shape [rows, in_features]");
   const at::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), k = xc.size(1), n = out_features;
-  TORCH_CHECK(k % 2 == 0 && n % 16 == 0 && packed.numel() == n * k,
+  const int64_t m = xc.size(0), k = xc.size(1);
+  TORCH_CHECK(k % 2 == 0 && n % (gated ? kPanel : 16) == 0 && packed.numel() == n * k,
               "the packed weight must hold out_features x in_features, with an even in_features and out_features "
-              "a multiple of 16; pack it with frame_platform_cpu.kernels.pack_weight");
+              "a multiple of 16 (of 32 for SwiGLU); pack it with frame_platform_cpu.kernels");
   at::Tensor bias_f;
   const float* bias_ptr = nullptr;
   if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == n, "bias must have out_features elements");
+    TORCH_CHECK(bias->numel() == n, "bias must have out_features elements, packed as the weight is");
     bias_f = bias->to(at::kFloat).contiguous();
     bias_ptr = bias_f.data_ptr<float>();
   }
-  at::Tensor y = at::empty({m, n}, xc.options());
+  const int64_t width = gated ? n / 2 : n;
+  at::Tensor y = at::empty({m, width}, xc.options());
   if (m == 0) return y;
+  const at::Tensor pc = packed.contiguous();
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
-  const auto* wp = reinterpret_cast<const uint16_t*>(packed.contiguous().data_ptr<c10::BFloat16>());
+  const auto* wp = reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>());
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
   const int64_t panels = (n + kPanel - 1) / kPanel;  // the last one has 16 columns when n is an odd multiple of 16
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
@@ -122,8 +140,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed, const c1
       const int64_t col = p * kPanel;
       const uint16_t* panel = wp + col * k;
       const float* panel_bias = bias_ptr ? bias_ptr + col : nullptr;
-      if (n - col >= kPanel) panel_product<2>(xp, m, k, panel, panel_bias, yp + col, n);
-      else panel_product<1>(xp, m, k, panel, panel_bias, yp + col, n);
+      if (gated) panel_product<2, true>(xp, m, k, panel, panel_bias, yp + p * 16, width);
+      else if (n - col >= kPanel) panel_product<2, false>(xp, m, k, panel, panel_bias, yp + col, width);
+      else panel_product<1, false>(xp, m, k, panel, panel_bias, yp + col, width);
     }
   });
   return y;
@@ -132,10 +151,24 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed, const c1
 #endif
 }
 
+at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                         int64_t out_features) {
+  return packed_product(x, packed, bias, out_features, false);
+}
+
+at::Tensor packed_swiglu(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                         int64_t intermediate) {
+  return packed_product(x, packed, bias, 2 * intermediate, true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("packed_linear(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
+  m.def("packed_swiglu(Tensor x, Tensor packed, Tensor? bias, int intermediate) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("packed_linear", &packed_linear); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("packed_linear", &packed_linear);
+  m.impl("packed_swiglu", &packed_swiglu);
+}

@@ -1,8 +1,8 @@
 // SwiGLU's activation in one pass over bfloat16 rows [gate | up]: silu(gate) * up.
 //
 // Rounds where torch's two bfloat16 ops do (silu's result to bfloat16, then the product); silu itself is
-// x / (1 + exp(-x)) in float32 with a polynomial exp (relative error about 1e-7), so a value may land one
-// bfloat16 step from torch's now and then. Rows are split over torch's intra-op threads.
+// x / (1 + exp(-x)) in float32 with a polynomial exp (swiglu.h), so a value may land one bfloat16 step from
+// torch's now and then. Rows are split over torch's intra-op threads.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "bfloat16_bits.h"
+#include "swiglu.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -21,22 +22,25 @@ namespace {
 using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
-// exp(x) for x in [-87, 88], vectorisable: 2^n * exp(t), n = round(x / ln 2), degree-6 polynomial for exp(t).
-inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f;
-  const float t = x - n * 0.6931471805599453f;
-  float p = 1.0f / 720.0f;
-  p = p * t + 1.0f / 120.0f;
-  p = p * t + 1.0f / 24.0f;
-  p = p * t + 1.0f / 6.0f;
-  p = p * t + 0.5f;
-  p = p * t + 1.0f;
-  p = p * t + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+#if defined(__AVX512BF16__)
+inline __m512 load16(const uint16_t* bits, __mmask16 mask) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bits)), 16));
+}
+#endif
+
+void silu_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
+#if defined(__AVX512BF16__)
+  for (int64_t i = 0; i < width; i += 16) {
+    const __mmask16 mask = width - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (width - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, mask, frame_cpu::swiglu16(load16(gate + i, mask), load16(up + i, mask)));
+  }
+#else
+  for (int64_t i = 0; i < width; ++i) {
+    const float g = bf16_to_float(gate[i]);
+    const float silu = bf16_to_float(float_to_bf16(g / (1.0f + frame_cpu::exp_approx(-g))));
+    dst[i] = float_to_bf16(silu * bf16_to_float(up[i]));
+  }
+#endif
 }
 
 at::Tensor silu_and_mul(const at::Tensor& x) {
@@ -50,13 +54,7 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const uint16_t* gate = in + r * 2 * width;
-      const uint16_t* up = gate + width;
-      uint16_t* dst = o + r * width;
-      for (int64_t i = 0; i < width; ++i) {
-        const float g = bf16_to_float(gate[i]);
-        const float silu = bf16_to_float(float_to_bf16(g / (1.0f + exp_approx(-g))));
-        dst[i] = float_to_bf16(silu * bf16_to_float(up[i]));
-      }
+      silu_and_mul_row(gate, gate + width, o + r * width, width);
     }
   });
   return out;

@@ -1,0 +1,67 @@
+// SwiGLU's silu(gate) * up on float32 values that hold bfloat16 numbers, rounding where torch's two bfloat16 ops
+// do (silu's result to bfloat16, then the product). Shared by the standalone activation and the gate-up linear's
+// epilogue, so the two give the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+namespace frame_cpu {
+
+// exp(x) for x in [-87, 88]: 2^n * exp(t), n = round(x / ln 2), degree-6 polynomial for exp(t) (relative error
+// about 1e-7, so silu's bfloat16 result may land one step from torch's now and then).
+inline float exp_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f;
+  const float t = x - n * 0.6931471805599453f;
+  float p = 1.0f / 720.0f;
+  p = p * t + 1.0f / 120.0f;
+  p = p * t + 1.0f / 24.0f;
+  p = p * t + 1.0f / 6.0f;
+  p = p * t + 0.5f;
+  p = p * t + 1.0f;
+  p = p * t + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+#if defined(__AVX512BF16__)
+// The same steps as the scalar exp_approx, sixteen lanes at a time.
+inline __m512 exp_approx(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 shifter = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.4426950408889634f), shifter), shifter);
+  const __m512 t = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.6931471805599453f), x);
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+// float32 -> bfloat16 -> float32, round to nearest even.
+inline __m512 round_to_bf16(__m512 x) {
+  const __m256i half = (__m256i)_mm512_cvtneps_pbh(x);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+// silu(gate) * up for sixteen values that are already bfloat16 numbers; the result as bfloat16 bits.
+inline __m256i swiglu16(__m512 gate, __m512 up) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 silu = _mm512_div_ps(gate, _mm512_add_ps(one, exp_approx(_mm512_sub_ps(_mm512_setzero_ps(), gate))));
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(round_to_bf16(silu), up));
+}
+#endif
+
+}  // namespace frame_cpu
