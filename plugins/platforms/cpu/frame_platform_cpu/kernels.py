@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from frame import native
 
+from frame_platform_cpu import probe
+
 NAME = "frame_cpu"
 SOURCES = tuple(sorted((Path(__file__).parent / "csrc").glob("*.cpp")))
 CFLAGS = ("-O3", "-march=native")
@@ -58,14 +60,14 @@ def _pair_gate_with_up(rows: torch.Tensor) -> torch.Tensor:
 def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
     """``F.linear`` over a bfloat16 ``weight`` for 2-D bfloat16 inputs of any number of rows.
 
-    The native ``packed_linear`` on a weight packed once (``pack_weight``) wherever the shape allows (an even
-    ``in`` and ``out`` a multiple of 16, as every model here has): on this machine's SmolLM2-135M linears it runs
-    a decode step's weights 14% faster than prepacked oneDNN at 64 rows, and matches the old one-row kernel.
-    Other shapes take oneDNN on a weight prepacked once into its blocked layout (bitwise ``F.linear``, which would
-    repack on every call)."""
+    The native ``packed_linear`` on a weight packed once (``pack_weight``) on CPUs with AVX-512 BF16, wherever
+    the shape allows (an even ``in`` and ``out`` a multiple of 16, as every model here has): on this machine's
+    SmolLM2-135M linears it runs a decode step's weights 14% faster than prepacked oneDNN at 64 rows, and matches
+    the old one-row kernel. Otherwise oneDNN on a weight prepacked once into its blocked layout (bitwise
+    ``F.linear``, which would repack on every call)."""
     load()
     out_features, in_features = weight.shape
-    if out_features % 16 == 0 and in_features % 2 == 0:
+    if probe.has_avx512_bf16() and out_features % 16 == 0 and in_features % 2 == 0:
         op, packed = torch.ops.frame_cpu.packed_linear.default, pack_weight(weight)
 
         def native_linear(x: torch.Tensor) -> torch.Tensor:
@@ -87,11 +89,11 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
 
 def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
     """``silu(gate) * up`` of ``[gate | up] = x W^T + b`` for 2-D bfloat16 inputs, the activation applied in the
-    packed matmul's epilogue; None when the shape does not allow it (an odd ``in``, an intermediate size that is
-    not a multiple of 16), which keeps the layer's torch path."""
+    packed matmul's epilogue; None without AVX-512 BF16 or when the shape does not allow it (an odd ``in``, an
+    intermediate size that is not a multiple of 16), which keeps the layer's torch path."""
     load()
     intermediate, in_features = weight.shape[0] // 2, weight.shape[1]
-    if intermediate % 16 or in_features % 2:
+    if not probe.has_avx512_bf16() or intermediate % 16 or in_features % 2:
         return None
     op, packed = torch.ops.frame_cpu.packed_swiglu.default, pack_swiglu_weight(weight)
     paired_bias = None if bias is None else _pair_gate_with_up(bias).contiguous()

@@ -35,6 +35,11 @@ def has_fast_bf16() -> bool:
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
+def has_avx512_bf16() -> bool:
+    """True on x86 CPUs with AVX-512 BF16 ``vdpbf16ps``, which the packed linear kernel is written in."""
+    return "avx512_bf16" in cpu_flags()
+
+
 def has_amx() -> bool:
     """True when the CPU has AMX tiles for bfloat16, where bfloat16 matmuls clearly beat float32."""
     return "amx_bf16" in cpu_flags()

@@ -11,6 +11,7 @@ from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
+needs_avx512_bf16 = pytest.mark.skipif(not probe.has_avx512_bf16(), reason="the packed kernels need AVX-512 BF16")
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +46,7 @@ def test_packed_linear_matches_the_exact_product(rows: int, out_features: int, w
     torch.testing.assert_close(got.double(), exact, rtol=8e-3, atol=1e-2)
 
 
+@needs_avx512_bf16
 def test_a_rows_result_does_not_depend_on_its_batch() -> None:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 576, generator=gen).bfloat16()
@@ -56,6 +58,7 @@ def test_a_rows_result_does_not_depend_on_its_batch() -> None:
         assert torch.equal(linear(x[row:]), together[row:])
 
 
+@needs_avx512_bf16
 @pytest.mark.parametrize("rows", [1, 15, 64])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_swiglu_projection_has_the_bits_of_the_linear_then_the_activation_kernel(rows: int, with_bias: bool) -> None:
@@ -70,6 +73,7 @@ def test_swiglu_projection_has_the_bits_of_the_linear_then_the_activation_kernel
     torch.testing.assert_close(fused, F.silu(gate_up[:, :48]) * gate_up[:, 48:], rtol=2e-2, atol=2e-2)
 
 
+@needs_avx512_bf16
 def test_swiglu_projection_declines_what_it_cannot_pack() -> None:
     assert kernels.bfloat16_swiglu_projection(torch.randn(2 * 40, 64).bfloat16(), None) is None  # 40 features
     swiglu = kernels.bfloat16_swiglu_projection(torch.randn(2 * 32, 64).bfloat16(), None)
@@ -144,3 +148,11 @@ def test_the_platform_offers_kernels_for_bfloat16_layers_only() -> None:
         assert all(platform.layer_kernel(layer) is not None for layer in bf16_layers)
     off = CpuPlatform(CpuOptions(native_kernels=False))
     assert all(off.layer_kernel(layer) is None for layer in bf16_layers)
+
+
+def test_without_avx512_bf16_linears_take_onednn_and_swiglu_stays_unfused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "has_avx512_bf16", lambda: False)  # as on an Arm CPU with BF16
+    weight = torch.randn(64, 32).bfloat16()
+    x = torch.randn(3, 32).bfloat16()
+    assert torch.equal(kernels.bfloat16_linear(weight, None)(x), F.linear(x, weight))
+    assert kernels.bfloat16_swiglu_projection(weight, None) is None
