@@ -85,7 +85,7 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         greedy = torch.tensor([s.params.greedy for s in seqs])
-        tokens = logits.argmax(dim=-1)
+        tokens = row_argmax(logits)
         if bool(greedy.all()):
             return tokens
         sampled_rows = (~greedy).nonzero().flatten().tolist()
@@ -100,7 +100,7 @@ class Sampler:
         for j, i in enumerate(sampled_rows):
             noise[j].exponential_(generator=self._generator_for(seqs[i]))
         # argmax(p / q) with q ~ Exp(1) draws from p (the exponential-race form of the Gumbel trick).
-        tokens[sampled_rows] = (probs / noise).argmax(dim=-1)
+        tokens[sampled_rows] = row_argmax(probs / noise)
         return tokens
 
     def _generator_for(self, seq: Sequence) -> torch.Generator:
@@ -110,6 +110,30 @@ class Sampler:
         if gen is None:
             gen = self._seeded[seq.seq_id] = torch.Generator().manual_seed(seq.params.seed)
         return gen
+
+
+#: Columns per chunk of :func:`row_argmax`'s first pass.
+_ARGMAX_CHUNK = 1024
+
+
+def row_argmax(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)`` for 2-D ``x``, with the same answer (the first maximum; NaN counts as the largest).
+
+    torch's CPU argmax over a vocabulary-wide row runs about twenty times slower than ``amax``: it took 1.3-1.6 ms
+    of a 70 ms batch-64 decode step. So: each chunk's ``amax``, the first chunk holding the row's maximum, then the
+    argmax within that chunk alone.
+    """
+    rows, width = x.shape
+    if width < 4 * _ARGMAX_CHUNK or rows == 0:
+        return x.argmax(dim=-1)
+    whole = width // _ARGMAX_CHUNK * _ARGMAX_CHUNK
+    maxima = x[:, :whole].reshape(rows, -1, _ARGMAX_CHUNK).amax(dim=-1)
+    if whole < width:
+        maxima = torch.cat([maxima, x[:, whole:].amax(dim=-1, keepdim=True)], dim=1)
+    start = maxima.argmax(dim=-1) * _ARGMAX_CHUNK
+    # Past the last column the index is clamped: a repeat of the row's last value never comes first.
+    columns = (start.unsqueeze(1) + torch.arange(_ARGMAX_CHUNK, device=x.device)).clamp_(max=width - 1)
+    return start + x.gather(1, columns).argmax(dim=-1)
 
 
 def _top_k_top_p_min_p(
