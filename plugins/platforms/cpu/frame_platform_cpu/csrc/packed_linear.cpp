@@ -1,8 +1,9 @@
-// y = x W^T (+ b) for bfloat16 x and a weight packed once into column panels of AVX-512 BF16 pairs: the linears of
-// a decode step (a few to a few hundred rows).
+// y = x W^T (+ b) for bfloat16 x and a weight packed once into column panels of AVX-512 BF16 pairs: every bfloat16
+// linear of the model, from one row (a single decode) to a prefill chunk's thousands.
 //
 // oneDNN's blocked GEMM reaches about 420 GFLOP/s on this kind of CPU at 256 rows but only about 340 at 64: at
-// that size its fixed costs and blocking are not amortised. This kernel is one register tile and nothing else.
+// that size its fixed costs and blocking are not amortised. This kernel is one register tile and nothing else,
+// and matched or beat oneDNN at every row count measured (benchmarks/gemm_shapes.py).
 // The weight is packed as panels of 32 output columns; a panel holds, for each pair of input features, the 32
 // columns' two weights side by side: [n / 32][k / 2][32][2]. One `vdpbf16ps` then multiplies a broadcast pair of
 // x by 16 columns' pairs. A tile of up to 14 rows x 32 columns keeps its 28 float32 accumulators in registers over
