@@ -72,22 +72,6 @@ inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& ro
   return (__m512i)_mm512_cvtne2ps_pbh(p_hi, p_lo);  // low half from p_lo
 }
 
-// acc (one row, D floats in permuted order) += probs . V over the step's first `valid` keys; vpairs holds the
-// step's V interleaved by key pairs ([kKeys / 2][D / 16] vectors of 16 pairs).
-template <int D>
-inline void accumulate_pairs(__m512i probs, int valid, const uint32_t* vpairs, float* acc) {
-  alignas(64) uint32_t pairs[kKeys / 2];
-  _mm512_store_si512(pairs, probs);
-  __m512 sums[D / 16];
-  for (int v = 0; v < D / 16; ++v) sums[v] = _mm512_loadu_ps(acc + 16 * v);
-  for (int k = 0; k < (valid + 1) / 2; ++k) {
-    const __m512bh pk = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[k]));
-    for (int v = 0; v < D / 16; ++v)
-      sums[v] = _mm512_dpbf16_ps(sums[v], pk, (__m512bh)_mm512_loadu_si512(vpairs + (k * (D / 16) + v) * 16));
-  }
-  for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + 16 * v, sums[v]);
-}
-
 // Decode sequences whose block tables begin with the same blocks (a system prompt the prefix cache hands to
 // every request) attend to those keys together first ("cascade" attention): all their query rows against each
 // shared step of keys as one prefill-like tile, so the prefix is read, transposed and interleaved once per
@@ -326,20 +310,16 @@ class Bf16ItemRunner {
     }
   }
 
-  void finish_row(int64_t row, __m512 lo, __m512 hi, int valid) {
-    float* acc = acc_.data() + row * D;
-    const __m512 scale = _mm512_set1_ps(p_.scale);
-    const __m512i probs = fold32<D>(_mm512_mul_ps(lo, scale), _mm512_mul_ps(hi, scale), valid, max_[row], sum_[row], acc);
-    accumulate_pairs<D>(probs, valid, vpairs_.data(), acc);
-  }
+  void finish_row(int64_t row, __m512 lo, __m512 hi, int valid) { finish_rows<1>(row, &lo, &hi, &valid); }
 
-  // R adjacent rows' softmax updates, then their P.V together. The V pairs are loaded once for the R rows, and
-  // R x D / 16 independent accumulator chains hide vdpbf16ps' latency, where one row's D / 16 chains could not.
-  // Each row's sums run in the same order as finish_row's, so the result is the same. Every row must see a key.
+  // R adjacent rows' online-softmax updates with a step's scores (lo: keys 0-15, hi: 16-31), then acc += P.V over
+  // the step's keys, for the R rows together: the V pairs (vpairs_, [kKeys / 2][D / 16] vectors of 16 pairs) are
+  // loaded once for the R rows, and R x D / 16 independent accumulator chains hide vdpbf16ps' latency, where one
+  // row's D / 16 chains could not. Each row's sums run in the same order whatever R. Every row must see a key.
   template <int R>
   void finish_rows(int64_t row, const __m512* lo, const __m512* hi, const int* valid) {
-    if constexpr (R * D > 256) {  // the rows' accumulators would not fit in the registers
-      for (int b = 0; b < R; ++b) finish_row(row + b, lo[b], hi[b], valid[b]);
+    if constexpr (R > 1 && R * D > 256) {  // the rows' accumulators would not fit in the registers
+      for (int b = 0; b < R; ++b) finish_rows<1>(row + b, lo + b, hi + b, valid + b);
     } else {
       const __m512 scale = _mm512_set1_ps(p_.scale);
       alignas(64) uint32_t pairs[R][kKeys / 2];
