@@ -69,11 +69,12 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
     out_features, in_features = weight.shape
     if probe.has_avx512_bf16() and out_features % 16 == 0 and in_features % 2 == 0:
         op, packed = torch.ops.frame_cpu.packed_linear.default, pack_weight(weight)
+        float_bias = None if bias is None else bias.float().contiguous()  # the kernel adds it before rounding
 
         def native_linear(x: torch.Tensor) -> torch.Tensor:
             if x.dtype != torch.bfloat16 or x.dim() != 2:
                 return F.linear(x, weight, bias)
-            return op(x, packed, bias, out_features)
+            return op(x, packed, float_bias, out_features)
 
         return native_linear
     pointwise = torch.ops.mkldnn._linear_pointwise.default
@@ -96,7 +97,7 @@ def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
     if not probe.has_avx512_bf16() or intermediate % 16 or in_features % 2:
         return None
     op, packed = torch.ops.frame_cpu.packed_swiglu.default, pack_swiglu_weight(weight)
-    paired_bias = None if bias is None else _pair_gate_with_up(bias).contiguous()
+    paired_bias = None if bias is None else _pair_gate_with_up(bias).float().contiguous()
 
     def swiglu(x: torch.Tensor) -> torch.Tensor | None:
         if x.dtype != torch.bfloat16 or x.dim() != 2:

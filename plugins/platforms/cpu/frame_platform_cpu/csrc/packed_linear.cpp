@@ -79,7 +79,7 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
     } else {
 #pragma GCC unroll 2
       for (int c = 0; c < C; ++c)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[r][c]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy + 16 * c), frame_cpu::narrow16(acc[r][c]));
     }
   }
 }
@@ -121,12 +121,11 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
   TORCH_CHECK(k % 2 == 0 && n % (gated ? kPanel : 16) == 0 && packed.numel() == n * k,
               "the packed weight must hold out_features x in_features, with an even in_features and out_features "
               "a multiple of 16 (of 32 for SwiGLU); pack it with frame_platform_cpu.kernels");
-  at::Tensor bias_f;
   const float* bias_ptr = nullptr;
   if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->numel() == n, "bias must have out_features elements, packed as the weight is");
-    bias_f = bias->to(at::kFloat).contiguous();
-    bias_ptr = bias_f.data_ptr<float>();
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
+                "bias must be float32 with out_features elements, ordered as the packed weight's columns");
+    bias_ptr = bias->data_ptr<float>();
   }
   const int64_t width = gated ? n / 2 : n;
   at::Tensor y = at::empty({m, width}, xc.options());

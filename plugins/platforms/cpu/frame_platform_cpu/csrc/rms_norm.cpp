@@ -18,42 +18,35 @@
 #include <tuple>
 #include <vector>
 
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
-
 namespace {
 
 using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
 #if defined(__AVX512BF16__)
-inline __m512 load16(const uint16_t* bits, __mmask16 mask) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bits)), 16));
-}
-
-inline __m256i to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
-
-inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1); }
+using frame_cpu::load16;
+using frame_cpu::narrow16;
+using frame_cpu::tail_mask16;
+using frame_cpu::widen16;
 
 // One row, sixteen values at a time: the sum is rounded and stored, then re-read for the scaling pass.
 void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t* s, uint16_t* o, int64_t hidden,
               float epsilon) {
   __m512 squares = _mm512_setzero_ps();
   for (int64_t i = 0; i < hidden; i += 16) {
-    const __mmask16 mask = tail_mask(hidden - i);
-    const __m256i sum = to_bf16(_mm512_add_ps(load16(a + i, mask), load16(b + i, mask)));
+    const __mmask16 mask = tail_mask16(hidden - i);
+    const __m256i sum = narrow16(_mm512_add_ps(load16(a + i, mask), load16(b + i, mask)));
     _mm256_mask_storeu_epi16(s + i, mask, sum);
-    const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sum), 16));
+    const __m512 v = widen16(sum);
     squares = _mm512_fmadd_ps(v, v, squares);  // masked-off lanes loaded as zero
   }
   const float inv = 1.0f / std::sqrt(_mm512_reduce_add_ps(squares) / static_cast<float>(hidden) + epsilon);
   const __m512 scale = _mm512_set1_ps(inv);
   for (int64_t i = 0; i < hidden; i += 16) {
-    const __mmask16 mask = tail_mask(hidden - i);
-    const __m256i normed = to_bf16(_mm512_mul_ps(load16(s + i, mask), scale));
-    const __m512 n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(normed), 16));
-    _mm256_mask_storeu_epi16(o + i, mask, to_bf16(_mm512_mul_ps(load16(w + i, mask), n)));
+    const __mmask16 mask = tail_mask16(hidden - i);
+    const __m256i normed = narrow16(_mm512_mul_ps(load16(s + i, mask), scale));
+    const __m512 n = widen16(normed);
+    _mm256_mask_storeu_epi16(o + i, mask, narrow16(_mm512_mul_ps(load16(w + i, mask), n)));
   }
 }
 #else
@@ -62,13 +55,13 @@ void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t*
   std::vector<float> row(hidden);
   float squares = 0.0f;
   for (int64_t i = 0; i < hidden; ++i) {
-    s[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+    s[i] = float_narrow16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
     row[i] = bf16_to_float(s[i]);
     squares += row[i] * row[i];
   }
   const float inv = 1.0f / std::sqrt(squares / static_cast<float>(hidden) + epsilon);
   for (int64_t j = 0; j < hidden; ++j)
-    o[j] = float_to_bf16(bf16_to_float(w[j]) * bf16_to_float(float_to_bf16(row[j] * inv)));
+    o[j] = float_narrow16(bf16_to_float(w[j]) * bf16_to_float(float_narrow16(row[j] * inv)));
 }
 #endif
 

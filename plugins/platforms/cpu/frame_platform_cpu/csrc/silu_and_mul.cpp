@@ -22,17 +22,12 @@ namespace {
 using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
-#if defined(__AVX512BF16__)
-inline __m512 load16(const uint16_t* bits, __mmask16 mask) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bits)), 16));
-}
-#endif
-
 void silu_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
 #if defined(__AVX512BF16__)
   for (int64_t i = 0; i < width; i += 16) {
-    const __mmask16 mask = width - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (width - i)) - 1);
-    _mm256_mask_storeu_epi16(dst + i, mask, frame_cpu::swiglu16(load16(gate + i, mask), load16(up + i, mask)));
+    const __mmask16 mask = frame_cpu::tail_mask16(width - i);
+    _mm256_mask_storeu_epi16(dst + i, mask,
+                             frame_cpu::swiglu16(frame_cpu::load16(gate + i, mask), frame_cpu::load16(up + i, mask)));
   }
 #else
   for (int64_t i = 0; i < width; ++i) {

@@ -3,13 +3,11 @@
 // epilogue, so the two give the same bits.
 #pragma once
 
+#include "bfloat16_bits.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
 
 namespace frame_cpu {
 
@@ -50,17 +48,11 @@ inline __m512 exp_approx(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
-// float32 -> bfloat16 -> float32, round to nearest even.
-inline __m512 round_to_bf16(__m512 x) {
-  const __m256i half = (__m256i)_mm512_cvtneps_pbh(x);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
-}
-
 // silu(gate) * up for sixteen values that are already bfloat16 numbers; the result as bfloat16 bits.
 inline __m256i swiglu16(__m512 gate, __m512 up) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 silu = _mm512_div_ps(gate, _mm512_add_ps(one, exp_approx(_mm512_sub_ps(_mm512_setzero_ps(), gate))));
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(round_to_bf16(silu), up));
+  return narrow16(_mm512_mul_ps(round_to_bf16(silu), up));
 }
 #endif
 
