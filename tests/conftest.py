@@ -43,3 +43,21 @@ def hf_reference(smol_source):
     model = AutoModelForCausalLM.from_pretrained(smol_source.path.parent, gguf_file=smol_source.path.name,
                                                  dtype=torch.float32)
     return model.eval()
+
+
+def _cpu_computes_bfloat16() -> bool:
+    """Whether the cpu platform offers bfloat16 on this machine (not on x86 CPUs without AVX-512, for one)."""
+    import torch
+    from frame.plugins.hooks import PluginHooks
+    from frame.plugins.registry import PluginRegistry
+
+    return torch.bfloat16 in PluginHooks(PluginRegistry()).create_platform("cpu", None).supported_dtypes
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``needs_bfloat16`` skip, saying why, on CPUs where the cpu platform offers no bfloat16."""
+    marked = [item for item in items if item.get_closest_marker("needs_bfloat16")]
+    if marked and not _cpu_computes_bfloat16():
+        skip = pytest.mark.skip(reason="the cpu platform offers no bfloat16 on this CPU (no AVX-512 or Arm BF16)")
+        for item in marked:
+            item.add_marker(skip)

@@ -60,6 +60,7 @@ def _logprob_errors(reference, prompt: list[int], tokens: list[int], logprobs: l
     return [abs(lp - exact[len(prompt) - 1 + i, t].item()) for i, (t, lp) in pairs]
 
 
+@pytest.mark.needs_bfloat16
 def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) -> None:
     """bfloat16 (frame's default here, native kernels included) against transformers in bfloat16, same weights.
 

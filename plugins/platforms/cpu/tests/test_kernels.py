@@ -12,6 +12,12 @@ from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
 needs_avx512_bf16 = pytest.mark.skipif(not probe.has_avx512_bf16(), reason="the packed kernels need AVX-512 BF16")
+# Without AVX-512 BF16 the bfloat16 linear is oneDNN's, which needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on
+# CPUs with neither (AVX2 only) the platform offers no bfloat16 at all, so that path never runs there.
+needs_bf16_linear = pytest.mark.skipif(
+    not probe.has_avx512_bf16() and not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU has no bfloat16 linear (neither AVX-512 BF16 nor oneDNN's bfloat16 path)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +37,7 @@ def test_packed_weight_layout_pairs_inputs_per_column_panel() -> None:
             assert torch.equal(tail[pair, column], weight[32 + column, 2 * pair : 2 * pair + 2])
 
 
+@needs_bf16_linear
 @pytest.mark.parametrize("rows", [1, 2, 13, 14, 15, 64, 300])
 @pytest.mark.parametrize(("out_features", "with_bias"), [(96, False), (208, True)])
 def test_packed_linear_matches_the_exact_product(rows: int, out_features: int, with_bias: bool) -> None:
@@ -80,6 +87,7 @@ def test_swiglu_projection_declines_what_it_cannot_pack() -> None:
     assert swiglu(torch.randn(2, 3, 64).bfloat16()) is None and swiglu(torch.randn(2, 64)) is None
 
 
+@needs_bf16_linear
 @pytest.mark.parametrize("rows", [1, 64])
 def test_shapes_the_packed_kernel_does_not_take_go_to_onednn_bitwise_equal_to_f_linear(rows: int) -> None:
     gen = torch.Generator().manual_seed(rows)
@@ -87,8 +95,7 @@ def test_shapes_the_packed_kernel_does_not_take_go_to_onednn_bitwise_equal_to_f_
     linear = kernels.bfloat16_linear(weight, bias)  # 100 outputs: not a multiple of 16
     x = torch.randn(rows, 48, generator=gen).bfloat16()
     assert torch.equal(linear(x), F.linear(x, weight, bias))
-
-
+@needs_bf16_linear
 def test_other_ranks_go_to_f_linear() -> None:
     weight = torch.randn(64, 32).bfloat16()
     linear = kernels.bfloat16_linear(weight, None)
@@ -148,8 +155,7 @@ def test_the_platform_offers_kernels_for_bfloat16_layers_only() -> None:
         assert all(platform.layer_kernel(layer) is not None for layer in bf16_layers)
     off = CpuPlatform(CpuOptions(native_kernels=False))
     assert all(off.layer_kernel(layer) is None for layer in bf16_layers)
-
-
+@needs_bf16_linear
 def test_without_avx512_bf16_linears_take_onednn_and_swiglu_stays_unfused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe, "has_avx512_bf16", lambda: False)  # as on an Arm CPU with BF16
     weight = torch.randn(64, 32).bfloat16()

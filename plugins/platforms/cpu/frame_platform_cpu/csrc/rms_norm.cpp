@@ -55,13 +55,13 @@ void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t*
   std::vector<float> row(hidden);
   float squares = 0.0f;
   for (int64_t i = 0; i < hidden; ++i) {
-    s[i] = float_narrow16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+    s[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
     row[i] = bf16_to_float(s[i]);
     squares += row[i] * row[i];
   }
   const float inv = 1.0f / std::sqrt(squares / static_cast<float>(hidden) + epsilon);
   for (int64_t j = 0; j < hidden; ++j)
-    o[j] = float_narrow16(bf16_to_float(w[j]) * bf16_to_float(float_narrow16(row[j] * inv)));
+    o[j] = float_to_bf16(bf16_to_float(w[j]) * bf16_to_float(float_to_bf16(row[j] * inv)));
 }
 #endif
 
