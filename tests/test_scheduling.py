@@ -1,10 +1,10 @@
-"""frame.scheduling.PolicyScheduler's in-batch prefix wait, over the fcfs policy and each cache plugin."""
+"""The engine scheduler's in-batch prefix wait, over the fcfs policy and each cache plugin."""
 
 from __future__ import annotations
 
 import pytest
+from frame.engine.scheduler import common_prefix_length
 from frame.interfaces.scheduler import SchedulerLimits
-from frame.scheduling import common_prefix_length
 from frame.testing.scheduler import (
     SchedulerHarness,
     cache_factory_for,
@@ -20,7 +20,7 @@ REUSING = {"hashchain", "radix"}
 def harness(cache_name: str, *, budget: int = 64) -> SchedulerHarness:
     cache = cache_factory_for(cache_name)(128, 4)
     limits = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=budget, max_model_len=256)
-    return SchedulerHarness(scheduler_plugin_factory("fcfs")(limits, cache), cache)
+    return SchedulerHarness(scheduler_plugin_factory("fcfs")(limits), cache, limits)
 
 
 def run_counting_prefill(h: SchedulerHarness) -> tuple[int, list[list[str]]]:
@@ -29,9 +29,8 @@ def run_counting_prefill(h: SchedulerHarness) -> tuple[int, list[list[str]]]:
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
         h._check_schedule(out)
-        admitted.append([s.seq.seq_id for s in out.scheduled if s.seq.num_computed_tokens == s.seq.num_cached_tokens])
-        computed += sum(min(s.num_new_tokens, s.seq.num_prompt_tokens - s.seq.num_computed_tokens)
-                        for s in out.scheduled if s.seq.is_prefilling)
+        admitted.append([seq.seq_id for seq, _ in h.scheduled(out) if seq.num_computed_tokens == seq.num_cached_tokens])
+        computed += out.num_prompt_tokens
         h.finish_step(out, h.model.execute(out))
     return computed, admitted
 

@@ -43,6 +43,12 @@ class EngineConfig(BaseModel):
     attn_options: dict[str, Any] = Field(default_factory=dict, description="options of the attention plugin")
     cache_options: dict[str, Any] = Field(default_factory=dict, description="options of the cache plugin")
     sched_options: dict[str, Any] = Field(default_factory=dict, description="options of the scheduler plugin")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="ranks each layer's heads and rows are split over")
+    distributed_backend: Literal["mp", "ray"] = Field(
+        "mp", description="how model workers run with tensor_parallel_size > 1: mp (one process each) or ray (actors)")
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join with distributed_backend ray ('auto': the running one); default: a "
+        "local Ray started on demand")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 

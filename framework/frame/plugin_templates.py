@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from frame import hookimpl
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 '''
 
 SCHEDULER = _HEADER + '''
-from frame.scheduling import PolicyScheduler
+from frame.interfaces.scheduler import SchedulingPolicy
 
 
-class {class_name}(PolicyScheduler):
-    """Admits waiting sequences in arrival order and preempts the newest; change the policy here."""
+class {class_name}(SchedulingPolicy):
+    """Admits waiting requests in arrival order and preempts the newest; change the policy here (the engine
+    owns budgets, chunking, stop rules and freeing)."""
 
-    def admission_order(self, waiting):
+    def admission_order(self, waiting, prefix):
         return sorted(waiting, key=lambda seq: seq.arrival_time)
 
     def preemption_victim(self, running):
@@ -26,8 +27,8 @@ class {class_name}(PolicyScheduler):
 
 
 @hookimpl
-def frame_scheduler_create(limits, cache, options):
-    return {class_name}(limits, cache)
+def frame_scheduler_create(limits, options):
+    return {class_name}(limits)
 '''
 
 SCHEDULER_TESTS = '''import pytest
@@ -42,33 +43,41 @@ class Test{class_name}(SchedulerConformance):
 '''
 
 CACHE = _HEADER + '''
-from frame.interfaces.cache import KVCacheStrategy
+from collections import deque
+
+from frame.interfaces.cache import KVCacheStrategy, PrefixMatch
 
 
 class {class_name}(KVCacheStrategy):
-    """Fill in each method as its docstring in frame.interfaces.cache.KVCacheStrategy describes."""
+    """A paged allocator that reuses nothing yet: the core base owns block tables, growth and stats. To cache
+    prefixes, find them in lookup(), claim them in plan_claim()/claim(), keep them in publish()/release() and
+    evict them in take(), as frame.interfaces.cache.KVCacheStrategy describes."""
 
-    def match(self, seq):
-        raise NotImplementedError("return a PrefixMatch (see KVCacheStrategy.match)")
+    reuses_prefixes = False
+    eviction_policy = "none"
 
-    def allocate(self, seq, num_new_tokens, match=None):
-        raise NotImplementedError("return an Allocation or None (see KVCacheStrategy.allocate)")
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size)
+        self._free = deque(range(num_blocks))
 
-    def commit(self, seq):
-        raise NotImplementedError
-
-    def free(self, seq):
-        raise NotImplementedError
-
-    def block_table(self, seq_id):
-        raise NotImplementedError
+    def lookup(self, seq):
+        return PrefixMatch(0)
 
     @property
     def num_free_blocks(self):
-        raise NotImplementedError
+        return len(self._free)
 
-    def reset(self):
-        raise NotImplementedError
+    def take(self, count):
+        return [self._free.popleft() for _ in range(count)]
+
+    def publish(self, seq, table, state, num_tokens):
+        return state
+
+    def release(self, seq, table, state, num_computed):
+        self._free.extend(table)
+
+    def clear(self):
+        pass
 
 
 @hookimpl

@@ -52,6 +52,6 @@ def test_a_shared_model_generates_what_a_freshly_loaded_one_does(smol_source) ->
     shared = SharedModelEngine(build_config(base, cache="radix", block_size=8), smol_source, models)
     assert models.loads == 1
     fresh = EngineCore(build_config(base, cache="radix", block_size=8), source=smol_source)
-    assert fresh.runner.model is not shared.runner.model
+    assert fresh.executor.worker.runner.model is not shared.executor.worker.runner.model
     tokens = [[t.output_token_ids for t in drive(e, requests).timings] for e in (shared, fresh)]
     assert tokens[0] == tokens[1] and all(len(t) == 4 for t in tokens[0])

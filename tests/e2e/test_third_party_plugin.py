@@ -17,25 +17,28 @@ GOOD_PLUGIN = '''
 """Last-in-first-out admission: a third-party scheduler policy."""
 
 from frame import hookimpl
-from frame.scheduling import PolicyScheduler
+from frame.interfaces.scheduler import SchedulingPolicy
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
-class LifoScheduler(PolicyScheduler):
-    def admission_order(self, waiting):
+class LifoPolicy(SchedulingPolicy):
+    def admission_order(self, waiting, prefix):
         return sorted(waiting, key=lambda s: -s.arrival_time)
+
+    def preemption_victim(self, running):
+        return running[-1]
 
 
 @hookimpl
-def frame_scheduler_create(limits, cache, options):
-    return LifoScheduler(limits, cache)
+def frame_scheduler_create(limits, options):
+    return LifoPolicy(limits)
 '''
 
 BROKEN_PLUGIN = '''
 import not_a_real_dependency  # noqa: F401  (the point: this wheel forgot a dependency)
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 '''
 
 

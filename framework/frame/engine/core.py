@@ -1,85 +1,91 @@
-"""EngineCore: the loop. ``step()`` = schedule, run one flat batch, sample, update.
+"""EngineCore: the loop. ``step()`` = schedule (a plan, as data), execute it on the workers, update.
 
-Built from an EngineConfig through the plugin registry: the platform and attention backend are resolved first
-(so a backend that cannot run here fails before the model loads), then the model family builds the network and
-loads weights, the runner sizes and allocates the KV pool, and the cache strategy and scheduler are created over
-it. Clients (offline ``LLM``, the API server, in this process or another) talk to it with protocol messages.
+Built from an EngineConfig through the plugin registry: the plugin choices are resolved first (so a backend that
+cannot run here fails before the model loads), then the executor starts the model workers (in this process, or
+one process or Ray actor per tensor-parallel rank), which build the network and load weights; the pool is sized
+from what every rank can hold, and the cache strategy and the scheduling policy are created over it. Clients
+(offline ``LLM``, the API server, in this process or another) talk to it with protocol messages.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import weakref
 
 from frame.config import EngineConfig
-from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats, TokenLogprobs
-from frame.engine.runner import ModelRunner
-from frame.engine.selection import Selection, select, select_model_family
+from frame.engine.executor import Executor
+from frame.engine.executor.factory import make_executor
+from frame.engine.plan import RequestSample
+from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats
+from frame.engine.scheduler import Scheduler
+from frame.engine.selection import Selection, select
+from frame.engine.worker import head_counts
 from frame.errors import ConfigError, PromptTooLongError
-from frame.interfaces.scheduler import SchedulerLimits, StepResult
-from frame.layers import attach_platform_kernels
+from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
+from frame.parallel import HeadPartition
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.sequence import Sequence
-from frame.weights import open_weights
 
 log = logging.getLogger("frame.engine")
 
 
 class EngineCore:
-    """One model, one KV pool, one scheduler; single-threaded."""
+    """One model (on one or more ranks), one KV pool, one scheduler; single-threaded."""
 
     def __init__(self, config: EngineConfig, registry: PluginRegistry | None = None,
                  source: ModelSource | None = None) -> None:
         self.config = config
-        self.hooks = PluginHooks(registry or PluginRegistry())
+        self.registry = registry or PluginRegistry()
+        self.hooks = PluginHooks(self.registry)
         self.selection: Selection = select(config, self.hooks)
         self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
-        family = select_model_family(self.hooks, self.source.architecture)
         self.max_model_len = min(config.max_model_len or self.source.max_position_embeddings,
                                  self.source.max_position_embeddings)
         self.eos_token_ids = self.source.eos_token_ids
-        self.runner = self._build_runner(family)
-        self.num_blocks = self._pool_size()
-        self.runner.allocate_kv(self.num_blocks)
+        self._check_tensor_parallel()
+        self.executor = self._make_executor()
+        # Worker processes must not outlive an engine that is dropped without shutdown() (a script's LLM).
+        weakref.finalize(self, self.executor.shutdown)
+        try:
+            self.num_blocks = self._pool_size()
+            self.executor.allocate_kv(self.num_blocks)
+        except BaseException:
+            self.executor.shutdown()
+            raise
         self.cache = self.hooks.create_cache(self.selection.cache, self.num_blocks, config.block_size,
                                              self.selection.options["cache"])
         self.limits = SchedulerLimits(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
         )
-        self.scheduler = self.hooks.create_scheduler(self.selection.sched, self.limits, self.cache,
-                                                     self.selection.options["scheduler"])
+        policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
+        self.scheduler = Scheduler(self.limits, self.cache, policy)
         self._seqs: dict[str, Sequence] = {}
         self._stats = EngineStats(num_blocks=self.num_blocks)
         self.hooks.engine_started(config)
 
-    def _build_runner(self, family: str) -> ModelRunner:
-        sel, hf = self.selection, self.source.hf_config
-        sel.platform.set_up()
-        num_heads = hf.num_attention_heads
-        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // num_heads
-        attention = self.hooks.create_attention(
-            sel.attn, num_heads=num_heads, num_kv_heads=getattr(hf, "num_key_value_heads", None) or num_heads,
-            head_dim=head_dim, scale=head_dim**-0.5, dtype=sel.dtype, platform=sel.platform,
-            options=sel.options["attention"],
-        )
-        model = self.hooks.create_model(family, hf, sel.dtype, sel.platform.device, attention)
-        model.load_weights(open_weights(self.source.path))
-        model.eval()
-        attach_platform_kernels(model, sel.platform)
-        return ModelRunner(model, attention, sel.platform.device, sel.dtype, self.config.block_size,
-                           self.config.seed)
+    def _check_tensor_parallel(self) -> None:
+        """Refuse, before any worker starts, a tensor-parallel size this model's heads cannot be split over."""
+        if self.config.tensor_parallel_size == 1:
+            return
+        num_heads, num_kv_heads, _ = head_counts(self.source.hf_config)
+        try:
+            HeadPartition.of(num_heads, num_kv_heads, self.config.tensor_parallel_size, 0)
+        except ValueError as err:
+            raise ConfigError(f"{err}.", param="tensor_parallel_size") from None
+
+    def _make_executor(self) -> Executor:
+        return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
 
     def _pool_size(self) -> int:
         needed = math.ceil(self.max_model_len / self.config.block_size)
         if self.config.num_kv_blocks is not None:
             blocks = self.config.num_kv_blocks
         else:
-            model_bytes = sum(p.numel() * p.element_size() for p in self.runner.model.parameters())
-            budget = self.selection.platform.kv_cache_budget_bytes(self.config.kv_cache_fraction, model_bytes)
-            blocks = budget // self.runner.bytes_per_block
+            blocks = self.executor.available_kv_blocks()
             # More blocks than every running sequence at full length could use only costs memory.
             blocks = min(blocks, needed * self.config.max_num_seqs)
         if blocks < needed:
@@ -117,12 +123,12 @@ class EngineCore:
         self.scheduler.add(seq)
 
     def abort(self, request_ids: list[str]) -> list[EngineOutput]:
-        """Abort sequences wherever they are; their blocks return to the pool. Unknown ids are ignored."""
+        """Abort requests wherever they are; their blocks return to the pool. Unknown ids are ignored."""
         outputs = []
         for rid in request_ids:
             seq = self.scheduler.abort(rid)
             if seq is not None:
-                outputs.append(self._finish(seq, []))
+                outputs.append(self._finish(seq, None, 0))
         return outputs
 
     def has_unfinished(self) -> bool:
@@ -130,44 +136,48 @@ class EngineCore:
 
     # -- the loop ---------------------------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
-        """Run one step and return the new tokens of every sequence that produced any, and of finished ones."""
-        out = self.scheduler.schedule()
-        if out.is_empty:
+        """Run one step and return the new tokens of every request that produced any, and of finished ones."""
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
             return []
-        results = self.runner.execute(out, self.cache)
-        finished = {s.seq_id for s in self.scheduler.update(out, results)}
-        self._stats.steps += 1
-        self._stats.prompt_tokens_computed += sum(
-            min(i.num_new_tokens, max(0, i.seq.num_prompt_tokens - (i.seq.num_computed_tokens - i.num_new_tokens)))
-            for i in out.scheduled
-        )
-        self._stats.generation_tokens += len(results)
+        result = self.executor.execute(plan)
+        outcome = self.scheduler.update(plan, result)
+        stats = self._stats
+        stats.steps += 1
+        stats.comm_seconds += result.comm_seconds
+        stats.prompt_tokens_computed += plan.num_prompt_tokens
+        finished = {s.seq_id for s in outcome.finished}
         outputs = []
-        for seq_id, result in results.items():
-            seq = self._seqs[seq_id]
-            if seq_id in finished:
-                outputs.append(self._finish(seq, [result]))
+        for sample in result.samples:
+            count = outcome.appended.get(sample.req_id, 0)
+            if not count:
+                continue
+            stats.generation_tokens += count
+            seq = self._seqs[sample.req_id]
+            if sample.req_id in finished:
+                outputs.append(self._finish(seq, sample, count))
             else:
-                outputs.append(self._output(seq, [result]))
+                outputs.append(self._output(seq, sample, count))
         return outputs
 
-    def _output(self, seq: Sequence, results: list[StepResult], finish: str | None = None) -> EngineOutput:
+    def _output(self, seq: Sequence, sample: RequestSample | None, count: int,
+                finish: str | None = None) -> EngineOutput:
+        tokens = sample.token_ids[:count] if sample is not None else []
         logprobs = None
         if seq.params.logprobs is not None:
-            logprobs = [TokenLogprobs(r.token_id, r.logprob or 0.0, list(r.top_logprobs)) for r in results]
+            logprobs = list(sample.logprobs[:count]) if sample is not None and sample.logprobs else []
         return EngineOutput(
-            request_id=seq.seq_id, new_token_ids=[r.token_id for r in results], new_logprobs=logprobs,
+            request_id=seq.seq_id, new_token_ids=list(tokens), new_logprobs=logprobs,
             finish_reason=finish, stop_reason=seq.stop_reason if isinstance(seq.stop_reason, int) else None,
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
         )
 
-    def _finish(self, seq: Sequence, results: list[StepResult]) -> EngineOutput:
+    def _finish(self, seq: Sequence, sample: RequestSample | None, count: int) -> EngineOutput:
         self._seqs.pop(seq.seq_id, None)
-        self.runner.sampler.forget(seq.seq_id)
         reason = seq.status.value
         self.hooks.request_finished(seq.seq_id, seq.num_prompt_tokens, seq.num_output_tokens,
                                     seq.num_cached_tokens, reason)
-        return self._output(seq, results, finish=reason)
+        return self._output(seq, sample, count, finish=reason)
 
     def stats(self) -> EngineStats:
         s, c = self._stats, self.cache.stats
@@ -175,5 +185,9 @@ class EngineCore:
         s.kv_usage, s.blocks_in_use, s.peak_blocks_in_use = c.usage, c.blocks_in_use, c.peak_blocks_in_use
         s.prefix_queries, s.prefix_query_tokens, s.prefix_hit_tokens = c.queries, c.query_tokens, c.hit_tokens
         s.evictions = c.evictions
-        s.preemptions = getattr(self.scheduler, "num_preemptions", 0)
+        s.preemptions = self.scheduler.num_preemptions
         return s
+
+    def shutdown(self) -> None:
+        """Stop the model workers (worker processes or actors); the core cannot step afterwards."""
+        self.executor.shutdown()

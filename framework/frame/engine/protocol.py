@@ -51,7 +51,9 @@ class EngineOutput(msgspec.Struct, kw_only=True):
 
 
 class EngineStats(msgspec.Struct, kw_only=True):
-    """A snapshot of the engine core's gauges and counters (for /metrics and benchmarks)."""
+    """A snapshot of the engine core's gauges and counters (for /metrics and benchmarks).
+
+    ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step."""
 
     num_running: int = 0
     num_waiting: int = 0
@@ -67,3 +69,4 @@ class EngineStats(msgspec.Struct, kw_only=True):
     prompt_tokens_computed: int = 0
     generation_tokens: int = 0
     steps: int = 0
+    comm_seconds: float = 0.0

@@ -1,115 +1,113 @@
-"""Sampler: turns the step's logits into one token per sampling sequence, vectorised over the batch.
+"""Sampler: turns the step's logits into one token per sampling request, vectorised over the batch.
 
 Order of operations (as in vLLM): logprobs of the raw distribution (if asked), then penalties (repetition,
 presence, frequency), the min-tokens ban on stop tokens, temperature, top-k, top-p and min-p, then a draw.
 Greedy rows take the argmax. Seeded rows draw from their own generator, so a seeded request's sample does not
-depend on what else is in the batch; unseeded rows share the engine's generator.
+depend on what else is in the batch; unseeded rows share the engine's generator. Parameters come from the
+runner's :class:`~frame.engine.batch.PersistentBatch` columns, never from scheduler objects.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
-from frame.interfaces.scheduler import StepResult
-from frame.sequence import Sequence
+from frame.engine.batch import PersistentBatch
+from frame.engine.protocol import TokenLogprobs
+
+
+@dataclass
+class SamplerOutput:
+    """The sampled token of every sampling row, and its logprobs where the request asked for them."""
+
+    token_ids: np.ndarray
+    logprobs: list[TokenLogprobs | None]
 
 
 class Sampler:
-    """Stateless per step except for the per-sequence generators of seeded requests."""
+    """Stateless per step; the shared generator of unseeded rows is its only state."""
 
     def __init__(self, seed: int = 0) -> None:
         self.generator = torch.Generator().manual_seed(seed)
-        self._seeded: dict[str, torch.Generator] = {}
 
-    def forget(self, seq_id: str) -> None:
-        """Drop a finished sequence's generator."""
-        self._seeded.pop(seq_id, None)
-
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[StepResult]:
+    def __call__(self, logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> SamplerOutput:
+        """Sample ``logits`` ``[len(rows), vocab]``; row ``i`` of the logits belongs to batch row ``rows[i]``."""
         logits = logits.float()
-        want_logprobs = [s.params.logprobs is not None for s in seqs]
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
-
-        logits = self._apply_penalties(logits, seqs)
-        self._ban_early_stops(logits, seqs)
-        tokens = self._draw(logits, seqs)
-
-        results = []
-        token_list = tokens.tolist()
-        for row, (seq, token) in enumerate(zip(seqs, token_list, strict=True)):
-            if raw_logprobs is None or seq.params.logprobs is None:
-                results.append(StepResult(token))
-                continue
-            row_lp = raw_logprobs[row]
-            top: tuple[tuple[int, float], ...] = ()
-            if seq.params.logprobs > 0:
-                values, ids = torch.topk(row_lp, seq.params.logprobs)
-                top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
-            results.append(StepResult(token, float(row_lp[token]), top))
-        return results
+        num_logprobs = batch.num_logprobs[rows]
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if bool((num_logprobs >= 0).any()) else None
+        logits = self._apply_penalties(logits, batch, rows)
+        self._ban_early_stops(logits, batch, rows)
+        tokens = self._draw(logits, batch, rows).cpu().numpy()
+        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+        if raw_logprobs is not None:
+            for i in np.flatnonzero(num_logprobs >= 0).tolist():
+                row_lp, token, k = raw_logprobs[i], int(tokens[i]), int(num_logprobs[i])
+                top: list[tuple[int, float]] = []
+                if k > 0:
+                    values, ids = torch.topk(row_lp, k)
+                    top = list(zip(ids.tolist(), values.tolist(), strict=True))
+                logprobs[i] = TokenLogprobs(token, float(row_lp[token]), top)
+        return SamplerOutput(tokens, logprobs)
 
     # -- logits processing ------------------------------------------------------------------------------
     @staticmethod
-    def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        rows = [
-            i for i, s in enumerate(seqs)
-            if s.params.repetition_penalty != 1.0 or s.params.presence_penalty or s.params.frequency_penalty
-        ]
-        if not rows:
+    def _apply_penalties(logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> torch.Tensor:
+        rep, pres, freq = batch.repetition_penalty[rows], batch.presence_penalty[rows], batch.frequency_penalty[rows]
+        penalised = np.flatnonzero((rep != 1.0) | (pres != 0.0) | (freq != 0.0))
+        if not len(penalised):
             return logits
         logits = logits.clone()  # the raw logits may still be needed for logprobs
-        for i in rows:
-            params = seqs[i].params
-            row = logits[i]
-            if params.repetition_penalty != 1.0:
-                seen = torch.tensor(sorted(set(seqs[i].token_ids)), dtype=torch.long)
+        for i in penalised.tolist():
+            row, out = logits[i], int(rows[i])
+            if rep[i] != 1.0:
+                seen = torch.from_numpy(np.unique(batch.all_token_ids(out)).astype(np.int64))
                 picked = row[seen]
-                row[seen] = torch.where(
-                    picked > 0, picked / params.repetition_penalty, picked * params.repetition_penalty
-                )
-            if (params.presence_penalty or params.frequency_penalty) and seqs[i].output_token_ids:
-                out = torch.tensor(seqs[i].output_token_ids, dtype=torch.long)
-                counts = torch.bincount(out, minlength=row.numel()).to(row.dtype)
-                row -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0).to(row.dtype)
+                row[seen] = torch.where(picked > 0, picked / float(rep[i]), picked * float(rep[i]))
+            outputs = batch.output_token_ids(out)
+            if (pres[i] or freq[i]) and len(outputs):
+                counts = torch.bincount(torch.from_numpy(outputs.astype(np.int64)), minlength=row.numel())
+                counts = counts.to(row.device, row.dtype)
+                row -= float(freq[i]) * counts + float(pres[i]) * (counts > 0).to(row.dtype)
         return logits
 
     @staticmethod
-    def _ban_early_stops(logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        for i, seq in enumerate(seqs):
-            if seq.num_output_tokens < seq.params.min_tokens:
-                banned = set(seq.params.stop_token_ids)
-                if not seq.params.ignore_eos:
-                    banned |= seq.eos_token_ids
-                if banned:
-                    logits[i, sorted(banned)] = float("-inf")
+    def _ban_early_stops(logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> None:
+        num_outputs = batch.num_tokens[rows] - batch.num_prompt_tokens[rows]
+        for i in np.flatnonzero(num_outputs < batch.min_tokens[rows]).tolist():
+            state = batch.state_of_row[int(rows[i])]
+            assert state is not None
+            banned = set(state.params.stop_token_ids)
+            if not state.params.ignore_eos:
+                banned |= state.eos_token_ids
+            if banned:
+                logits[i, sorted(banned)] = float("-inf")
 
-    def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        greedy = torch.tensor([s.params.greedy for s in seqs])
+    def _draw(self, logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> torch.Tensor:
+        temperature = batch.temperature[rows]
         tokens = row_argmax(logits)
-        if bool(greedy.all()):
+        sampled = np.flatnonzero(temperature > 0.0)
+        if not len(sampled):
             return tokens
-        sampled_rows = (~greedy).nonzero().flatten().tolist()
-        sub = logits[sampled_rows]
-        params = [seqs[i].params for i in sampled_rows]
-        temps = torch.tensor([p.temperature for p in params], dtype=sub.dtype).unsqueeze(1)
-        sub = sub / temps
-        sub = _top_k_top_p_min_p(sub, [p.top_k for p in params], [p.top_p for p in params],
-                                 [p.min_p for p in params])
+        device = logits.device
+        index = torch.from_numpy(sampled).to(device)
+        sub = logits[index] / torch.from_numpy(temperature[sampled]).to(device).unsqueeze(1)
+        picked = rows[sampled]
+        sub = _top_k_top_p_min_p(sub, batch.top_k[picked], batch.top_p[picked], batch.min_p[picked])
         probs = torch.softmax(sub, dim=-1)
-        noise = torch.empty_like(probs)
-        for j, i in enumerate(sampled_rows):
-            noise[j].exponential_(generator=self._generator_for(seqs[i]))
+        # Noise is drawn on the host, where the request generators live, then moved to the logits' device.
+        noise = torch.empty(probs.shape, dtype=probs.dtype)
+        generators = [batch.state_of_row[int(r)].generator for r in picked]  # type: ignore[union-attr]
+        shared = [j for j, g in enumerate(generators) if g is None]
+        if shared:
+            noise[shared] = noise[shared].exponential_(generator=self.generator)
+        for j, gen in enumerate(generators):
+            if gen is not None:
+                noise[j].exponential_(generator=gen)
         # argmax(p / q) with q ~ Exp(1) draws from p (the exponential-race form of the Gumbel trick).
-        tokens[sampled_rows] = row_argmax(probs / noise)
+        tokens[index] = row_argmax(probs / noise.to(device))
         return tokens
-
-    def _generator_for(self, seq: Sequence) -> torch.Generator:
-        if seq.params.seed is None:
-            return self.generator
-        gen = self._seeded.get(seq.seq_id)
-        if gen is None:
-            gen = self._seeded[seq.seq_id] = torch.Generator().manual_seed(seq.params.seed)
-        return gen
 
 
 #: Columns per chunk of :func:`row_argmax`'s first pass.
@@ -136,23 +134,20 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
     return start + x.gather(1, columns).argmax(dim=-1)
 
 
-def _top_k_top_p_min_p(
-    logits: torch.Tensor, top_k: list[int | None], top_p: list[float], min_p: list[float]
-) -> torch.Tensor:
-    """Mask tokens outside each row's top-k / nucleus / min-p set with -inf."""
-    vocab = logits.shape[-1]
-    if any(k is not None for k in top_k) or any(p < 1.0 for p in top_p):
+def _top_k_top_p_min_p(logits: torch.Tensor, top_k: np.ndarray, top_p: np.ndarray, min_p: np.ndarray) -> torch.Tensor:
+    """Mask tokens outside each row's top-k (0: no cut) / nucleus / min-p set with -inf."""
+    vocab, device = logits.shape[-1], logits.device
+    if bool((top_k > 0).any()) or bool((top_p < 1.0).any()):
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        k = torch.tensor([min(k or vocab, vocab) for k in top_k])
-        ranks = torch.arange(vocab).unsqueeze(0)
-        mask = ranks >= k.unsqueeze(1)
+        k = torch.from_numpy(np.where(top_k > 0, np.minimum(top_k, vocab), vocab)).to(device)
+        mask = torch.arange(vocab, device=device).unsqueeze(0) >= k.unsqueeze(1)
         probs = torch.softmax(sorted_logits.masked_fill(mask, float("-inf")), dim=-1)
         before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
-        mask |= before >= torch.tensor(top_p, dtype=probs.dtype).unsqueeze(1)
+        mask |= before >= torch.from_numpy(top_p).to(device, probs.dtype).unsqueeze(1)
         mask[:, 0] = False
         logits = logits.scatter(1, order, sorted_logits.masked_fill(mask, float("-inf")))
-    if any(p > 0.0 for p in min_p):
+    if bool((min_p > 0.0).any()):
         probs = torch.softmax(logits, dim=-1)
-        floor = probs.max(dim=-1, keepdim=True).values * torch.tensor(min_p, dtype=probs.dtype).unsqueeze(1)
+        floor = probs.max(dim=-1, keepdim=True).values * torch.from_numpy(min_p).to(device, probs.dtype).unsqueeze(1)
         logits = logits.masked_fill(probs < floor, float("-inf"))
     return logits

@@ -8,18 +8,21 @@ each sequence's new tokens contiguous and in order, prefills, prefill chunks and
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 import torch
 
 
 @dataclass
 class AttentionMetadata:
-    """Where every token of the step's flat batch reads and writes KV. Built once per step by the runner.
+    """Where every token of the step's flat batch reads and writes KV: the part every backend shares.
 
-    Tensors (on the model's device):
+    The runner builds one per step and hands it to :meth:`AttentionBackend.build_metadata`, which returns the
+    metadata every layer then receives: this object, or the backend's own subclass that adds what it precomputes
+    once per step (a gather plan, tile lists). Tensors (on the model's device):
 
     - ``query_start_loc`` int32 ``[num_seqs + 1]``: sequence ``i``'s query tokens are rows
       ``query_start_loc[i]:query_start_loc[i+1]`` of the batch;
@@ -27,8 +30,7 @@ class AttentionMetadata:
     - ``block_tables`` int32 ``[num_seqs, max_blocks]``: each sequence's block ids, padded with 0;
     - ``slot_mapping`` int64 ``[num_tokens]``: the KV slot each new token writes.
 
-    Host copies (``query_lens``, ``seq_lens_host``) let CPU backends plan without device syncs.
-    ``extras`` is scratch space a backend fills in :meth:`AttentionBackend.prepare` and reads in every layer.
+    Host copies (``query_lens``, ``seq_lens_host``) let backends plan without device syncs.
     """
 
     query_start_loc: torch.Tensor
@@ -38,7 +40,11 @@ class AttentionMetadata:
     query_lens: list[int]
     seq_lens_host: list[int]
     block_size: int
-    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def extend(cls, common: AttentionMetadata, **fields: Any) -> Self:
+        """A backend's subclass built from the common metadata plus its own ``fields``."""
+        return cls(**{f.name: getattr(common, f.name) for f in dataclasses.fields(AttentionMetadata)}, **fields)
 
     @property
     def num_seqs(self) -> int:
@@ -87,8 +93,14 @@ class AttentionBackend(ABC):
         self.scale = scale
         self.dtype = dtype
 
-    def prepare(self, meta: AttentionMetadata) -> None:  # noqa: B027 - optional hook, empty by design
-        """Called once per step before the first layer; may precompute anything into ``meta.extras``."""
+    def build_metadata(self, common: AttentionMetadata) -> AttentionMetadata:
+        """The metadata every layer of this step receives, built once per step before the first layer.
+
+        Return ``common`` itself, or an instance of the backend's own :class:`AttentionMetadata` subclass that adds
+        what the backend precomputes per step (``MyMetadata.extend(common, plan=...)``). Since API 2 (API 1's
+        ``prepare`` filled an untyped ``extras`` dict).
+        """
+        return common
 
     @abstractmethod
     def write_kv(

@@ -58,6 +58,15 @@ class Platform(ABC):
     def set_up(self) -> None:  # noqa: B027 - optional hook
         """Called once before the model loads (thread counts, allocator settings)."""
 
+    @property
+    def distributed_backend(self) -> str:
+        """The torch.distributed backend tensor-parallel ranks talk over here (``gloo``, ``nccl``, ...)."""
+        return "gloo"
+
+    def for_rank(self, rank: int, world_size: int) -> None:  # noqa: B027 - optional hook
+        """Called in a tensor-parallel worker before :meth:`set_up`: take this rank's device (a GPU platform) or
+        its share of the host (the CPU platform divides its threads). Since API 2."""
+
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """A faster kernel for one loaded :class:`frame.layers.KernelLayer` here, or None to keep torch's code.
 
@@ -67,3 +76,18 @@ class Platform(ABC):
         reference. It may keep state made once, such as a prepacked copy of the weight.
         """
         return None
+
+
+def rank_device_index(first: int, rank: int, visible: int, what: str = "device") -> int:
+    """The device index of tensor-parallel rank ``rank`` when the ranks take consecutive devices from ``first``;
+    a ConfigError naming the fix when there are not enough of them (for GPU platforms' :meth:`Platform.for_rank`)."""
+    from frame.errors import ConfigError
+
+    index = first + rank
+    if index >= visible:
+        raise ConfigError(
+            f"tensor-parallel rank {rank} needs {what} {index}, but torch sees {visible}; lower tensor_parallel_size "
+            f"or device_index.",
+            param="tensor_parallel_size",
+        )
+    return index

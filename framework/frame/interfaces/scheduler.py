@@ -1,26 +1,32 @@
-"""Scheduler: decides, each step, which sequences run and how many of their tokens are computed.
+"""SchedulingPolicy: what a scheduler plugin decides; the engine owns the mechanism around it.
 
-Schedulers are bookkeeping over token and block ids (no tensors). The engine core calls :meth:`Scheduler.schedule`
-once per step, hands the result to the model runner, and reports the sampled tokens back through
-:meth:`Scheduler.update`. Most schedulers subclass :class:`frame.scheduling.PolicyScheduler`, which implements
-vLLM-style continuous batching (token budget, chunked prefill, preemption by recompute) and leaves the policy
-(admission order, preemption victim) to the plugin.
+Each step the engine's scheduler (``frame.engine.scheduler``) runs vLLM-style continuous batching: running
+requests first (decodes and unfinished prefill chunks), then waiting ones, under a token budget and a running
+limit, chunking long prompts and preempting (free the blocks, recompute later) when the KV pool runs dry. It
+advances progress, applies stop rules and frees blocks after the step. A scheduler plugin supplies only the
+policy: the order in which waiting requests are admitted and which running request is preempted.
+
+Policies read :class:`frame.sequence.Sequence` objects and must not change them. The fields a policy may read:
+``seq_id``, ``prompt_token_ids``, ``token_ids``, ``num_tokens``, ``num_prompt_tokens``, ``num_output_tokens``,
+``num_computed_tokens``, ``num_uncomputed_tokens``, ``is_prefilling``, ``params`` (its
+:class:`~frame.sampling_params.SamplingParams`: ``max_tokens``, ``n`` ...), ``arrival_time``, ``priority``,
+``cache_salt``, ``extra_keys``, ``num_preemptions`` and ``status``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
+from typing import Protocol
 
 from pydantic import BaseModel
 
-from frame.interfaces.cache import BlockCopy, KVCacheStrategy
 from frame.sequence import Sequence
 
 
 class SchedulerLimits(BaseModel):
-    """The engine limits every scheduler honours (taken from the engine config)."""
+    """The engine limits the scheduler honours (taken from the engine config)."""
 
     max_num_seqs: int
     max_num_batched_tokens: int
@@ -28,92 +34,43 @@ class SchedulerLimits(BaseModel):
     enable_chunked_prefill: bool = True
 
 
-@dataclass(frozen=True)
-class ScheduledSequence:
-    """One sequence in a step: compute ``num_new_tokens`` tokens starting at its ``num_computed_tokens``."""
+class PrefixLookup(Protocol):
+    """What a policy may ask of the KV cache: how many leading tokens of a waiting request are cached now."""
 
-    seq: Sequence
-    num_new_tokens: int
-
-    @property
-    def samples(self) -> bool:
-        """True when this step reaches the end of the sequence's known tokens, so a token is sampled."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """Tokens of ``seq`` whose KV the active cache strategy could reuse if it were admitted now (no side
+        effects; cheap enough to call for every waiting request every step)."""
+        ...
 
 
-@dataclass
-class SchedulerOutput:
-    """What one step computes: the scheduled sequences (decodes and prefill chunks mixed, in batch order),
-    the block copies the runner performs first, and the sequences preempted to make room this step."""
+class SchedulingPolicy(ABC):
+    """The decisions of a scheduler plugin. One instance per engine; called from the engine core's thread.
 
-    scheduled: list[ScheduledSequence] = field(default_factory=list)
-    copies: list[BlockCopy] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What the runner produced for one sampled sequence: the token and, if asked, its logprobs."""
-
-    token_id: int
-    logprob: float | None = None
-    top_logprobs: tuple[tuple[int, float], ...] = ()
-
-
-class Scheduler(ABC):
-    """Owns the waiting and running queues and drives the KV-cache strategy.
-
-    Lifecycle: :meth:`add` a sequence; each step :meth:`schedule` then :meth:`update`; :meth:`abort` at any
-    time between steps. A finished, aborted or preempted sequence's blocks are freed by the scheduler through
-    the cache strategy; a preempted sequence goes back to the waiting queue and is recomputed later.
+    ``share_prefills_in_batch`` (an attribute a policy may set): when True, the default, a waiting request whose
+    prompt is mostly an uncached prefix that another prefill computes in the same step sits that step out and
+    reuses the prefix in the next
+    (SGLang's in-batch prefix caching). The engine applies it only over a cache strategy that reuses prefixes.
     """
 
-    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy) -> None:
+    def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
-        self.cache = cache
+        self.share_prefills_in_batch = True
 
     @abstractmethod
-    def add(self, seq: Sequence) -> None:
-        """Queue a new sequence (status WAITING)."""
+    def admission_order(self, waiting: Seq[Sequence], prefix: PrefixLookup) -> Iterable[Sequence]:
+        """The waiting requests in the order the engine tries to admit them this step.
 
-    @abstractmethod
-    def abort(self, seq_id: str) -> Sequence | None:
-        """Remove a sequence wherever it is, free its blocks, mark it FINISHED_ABORTED; None if unknown."""
-
-    @abstractmethod
-    def schedule(self) -> SchedulerOutput:
-        """Choose this step's batch under the limits; allocates blocks through the cache strategy.
-
-        Must make progress whenever a sequence is unfinished and the pool could ever hold it; it may preempt
-        running sequences (free their blocks, status PREEMPTED, back to waiting) to do so.
+        ``waiting`` is the queue as it stands: preempted requests at its front (most recently preempted first),
+        then new ones in arrival order. Return some order of (a subset of) them; the engine admits along it while
+        the budget, the running limit and the KV pool allow, and stops at the first request the pool cannot hold,
+        so a request is never overtaken by a smaller one behind it. Must not change ``waiting`` or its requests.
         """
 
     @abstractmethod
-    def update(self, output: SchedulerOutput, results: Mapping[str, StepResult]) -> list[Sequence]:
-        """Account for a finished step and return the sequences that finished in it.
+    def preemption_victim(self, running: Seq[Sequence]) -> Sequence:
+        """The running request that gives up its KV blocks when the pool runs dry.
 
-        Advances each scheduled sequence's ``num_computed_tokens``, commits its KV to the cache, appends the
-        sampled token of each sequence in ``results``, applies stop rules (EOS, stop token ids, max tokens,
-        model length), frees the blocks of finished sequences and removes them from the queues.
+        ``running`` (never empty) is in admission order. The victim may already be in this step's batch; the
+        engine then takes it out and returns its tokens to the budget. Its progress is recomputed after it is
+        admitted again.
         """
-
-    @property
-    @abstractmethod
-    def num_waiting(self) -> int:
-        """Sequences queued and not running (new or preempted)."""
-
-    @property
-    @abstractmethod
-    def num_running(self) -> int:
-        """Sequences holding KV blocks."""
-
-    def has_unfinished(self) -> bool:
-        return self.num_waiting + self.num_running > 0

@@ -17,7 +17,7 @@ from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
-from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.plugins.registry import PluginRegistry
 
 if TYPE_CHECKING:
@@ -80,10 +80,8 @@ class PluginHooks:
         return self._call("cache", name, "frame_cache_create", num_blocks=num_blocks, block_size=block_size,
                           options=options)
 
-    def create_scheduler(
-        self, name: str, limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None
-    ) -> Scheduler:
-        return self._call("scheduler", name, "frame_scheduler_create", limits=limits, cache=cache, options=options)
+    def create_scheduler(self, name: str, limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
+        return self._call("scheduler", name, "frame_scheduler_create", limits=limits, options=options)
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

@@ -27,7 +27,7 @@ import stevedore
 from frame.errors import IncompatiblePluginError, PluginImportError, UnknownPluginError
 from frame.hookspecs import PROJECT
 from frame.plugins.kinds import KINDS, SHARED_SPECS, PluginKind
-from frame.version import API_VERSION, SUPPORTED_API_VERSIONS
+from frame.version import API_CHANGES, API_VERSION, SUPPORTED_API_VERSIONS
 
 
 @dataclass(frozen=True)
@@ -168,9 +168,11 @@ class PluginRegistry:
         declared = getattr(module, "FRAME_API_VERSION", None)
         if declared not in SUPPORTED_API_VERSIONS:
             what = "declares no FRAME_API_VERSION" if declared is None else f"was written for plugin API {declared}"
+            changes = API_CHANGES.get(declared) if isinstance(declared, int) else None
+            migrate = (f" ({changes}; see 'Migrating from API {declared}' in docs/plugins.md)" if changes else "")
             raise IncompatiblePluginError(
-                f"The {kind} plugin '{name}' ({info.wheel}) {what}, but this frame implements API {API_VERSION}; "
-                f"install a release of it made for API {API_VERSION}.",
+                f"The {kind} plugin '{name}' ({info.wheel}) {what}, but this frame implements API {API_VERSION}"
+                f"{migrate}; install a release of it made for API {API_VERSION}.",
                 param=spec.flag,
             )
         try:

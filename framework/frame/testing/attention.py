@@ -199,8 +199,7 @@ class AttentionBackendSuite:
             seed, num_seqs, block_size, heads[0], heads[1], head_dim, dtype, platform.device, kinds
         )
         expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
-        backend.prepare(meta)
-        out = backend.forward(q, k, v, k_cache, v_cache, meta)
+        out = backend.forward(q, k, v, k_cache, v_cache, backend.build_metadata(meta))
         assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
         torch.testing.assert_close(out, expected, **tolerance(dtype))
 
@@ -259,15 +258,15 @@ class AttentionBackendSuite:
         q, k, v = (torch.randn(2, h, 64, generator=gen).to(platform.device) for h in (4, 2, 2))
         caches = [torch.randn(3, self.block_sizes[-1], 2, 64, generator=gen).to(platform.device) for _ in range(2)]
         expected = reference_attention(q, k, v, *caches, meta, backend.scale)
-        backend.prepare(meta)
+        meta = backend.build_metadata(meta)
         torch.testing.assert_close(backend.forward(q, k, v, *caches, meta), expected, **tolerance(torch.float32))
 
-    def test_one_prepare_serves_every_layer(self, hooks, platform) -> None:
+    def test_one_metadata_serves_every_layer(self, hooks, platform) -> None:
         backend = self.make_backend(hooks, platform, 6, 2, 64)
         batches = [make_random_batch(11, 4, self.block_sizes[1], 6, 2, 64, device=platform.device,
                                      kinds=["chunk", "decode", "prefill", "decode"]) for _ in range(2)]
-        meta = batches[0][-1]
-        backend.prepare(meta)
+        meta = backend.build_metadata(batches[0][-1])
+        assert isinstance(meta, AttentionMetadata) and meta.num_seqs == 4
         for layer, (q, k, v, k_cache, v_cache, _) in enumerate(batches):
             q, k = q * (layer + 1), k - layer  # layers differ in data, never in metadata
             expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)

@@ -9,66 +9,51 @@ deterministic token, with no tensors. Both are test doubles: never use them for 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import Any
 
-from frame.interfaces.cache import Allocation, CacheSequence, KVCacheStrategy, PrefixMatch
-from frame.interfaces.scheduler import SchedulerOutput, StepResult
+from frame.engine.plan import RequestSample, RunnerOutput, SchedulerOutput
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixMatch
 
 
 class PagedAllocatorDouble(KVCacheStrategy):
     """TEST DOUBLE: a paged allocator with no prefix reuse (every match is empty, nothing stays cached).
 
-    Free blocks are handed out lowest id first; freeing returns them to the free list at once.
+    Free blocks are handed out lowest id first; freeing returns them to the free list at once. Its
+    :meth:`publish` checks that a sequence never claims more computed tokens than its table holds.
     """
 
     reuses_prefixes = False
+    eviction_policy = "none"
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() yields the lowest id
-        self._tables: dict[str, list[int]] = {}
 
-    def match(self, seq: CacheSequence) -> PrefixMatch:
+    def lookup(self, seq: CacheSequence) -> PrefixMatch:
         return PrefixMatch(0)
-
-    def allocate(
-        self, seq: CacheSequence, num_new_tokens: int, match: PrefixMatch | None = None
-    ) -> Allocation | None:
-        table = self._tables.get(seq.seq_id)
-        claiming = table is None
-        need = self.num_blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(table or ())
-        if need > len(self._free):
-            return None
-        table = self._tables.setdefault(seq.seq_id, [])
-        table.extend(self._free.pop() for _ in range(max(need, 0)))
-        if claiming:
-            self.stats.queries += 1
-            self.stats.query_tokens += seq.num_prompt_tokens
-        self.track_usage(self.num_blocks - len(self._free))
-        return Allocation()
-
-    def commit(self, seq: CacheSequence) -> None:
-        table = self._tables.get(seq.seq_id, [])
-        if self.num_blocks_needed(seq.num_computed_tokens) > len(table):
-            raise AssertionError(
-                f"{seq.seq_id} committed {seq.num_computed_tokens} tokens but holds only {len(table)} blocks"
-            )
-
-    def free(self, seq: CacheSequence) -> None:
-        table = self._tables.pop(seq.seq_id, [])
-        self._free.extend(reversed(table))
-        self.track_usage(self.num_blocks - len(self._free))
-
-    def block_table(self, seq_id: str) -> Seq[int]:
-        return tuple(self._tables.get(seq_id, ()))
 
     @property
     def num_free_blocks(self) -> int:
         return len(self._free)
 
-    def reset(self) -> bool:
-        # Nothing is ever cached, so there is nothing to drop; refuse only while blocks are in use.
-        return not self._tables
+    def take(self, count: int) -> list[int]:
+        return [self._free.pop() for _ in range(count)]
+
+    def publish(self, seq: CacheSequence, table: list[int], state: Any, num_tokens: int) -> Any:
+        if self.num_blocks_needed(seq.num_computed_tokens) > len(table):
+            raise AssertionError(
+                f"{seq.seq_id} committed {seq.num_computed_tokens} tokens but holds only {len(table)} blocks"
+            )
+        return state
+
+    def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
+        self._free.extend(reversed(table))
+
+    def clear(self) -> None:
+        """Nothing is ever cached."""
 
 
 _MODULUS = (1 << 61) - 1
@@ -86,21 +71,37 @@ def prefix_fingerprints(token_ids: Seq[int], extra_keys: tuple[str, ...] = ()) -
     return out
 
 
-class SimulatedModel:
-    """TEST DOUBLE of the model runner and model: checks the KV bookkeeping, then "samples" a fixed token.
+@dataclass
+class _SimRequest:
+    """The simulated runner's copy of one request: its tokens, its block table and its progress."""
 
-    :meth:`execute` performs the step's block copies on a simulated slot store, checks that every already
-    computed position of each scheduled sequence finds its own KV in the slot its block table names (so a cache
-    that hands out a wrong or evicted block, or a scheduler that loses track of progress, fails loudly), writes
-    the KV of the new tokens, and returns a result for each sequence whose step reaches its last token. The
-    sampled token depends only on the sequence's token ids (:meth:`next_token`), so any correct scheduler and
-    cache produce exactly :meth:`reference` outputs.
+    tokens: list[int]
+    table: list[int]
+    computed: int
+    extra_keys: tuple[str, ...]
+    parked: bool = False
+
+
+class SimulatedModel:
+    """TEST DOUBLE of the model runner and model: keeps its own copy of every request from the step plans alone
+    (as the real runner does), checks the KV bookkeeping, then "samples" a fixed token.
+
+    :meth:`execute` applies the plan's diff (new requests, appended blocks, parked and resumed ones, ended ones),
+    performs the block copies on a simulated slot store, checks that every already computed position of each
+    scheduled request finds its own KV in the slot its block table names (so a cache that hands out a wrong or
+    evicted block, a scheduler that loses track of progress, or a plan that leaves something out fails loudly),
+    writes the KV of the new tokens, and samples for each request whose step reaches its last token. The sampled
+    token depends only on the token ids (:meth:`next_token`), so any correct scheduler and cache produce exactly
+    :meth:`reference` outputs. ``extra_keys_of`` gives a request's cache salt, which real KV depends on too.
     """
 
-    def __init__(self, cache: KVCacheStrategy, vocab_size: int = 997) -> None:
-        self.cache = cache
+    def __init__(self, block_size: int, extra_keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
+                 vocab_size: int = 997) -> None:
+        self.block_size = block_size
+        self.extra_keys_of = extra_keys_of
         self.vocab_size = vocab_size
         self.slots: dict[int, int] = {}
+        self.requests: dict[str, _SimRequest] = {}
         self.num_forwards = 0
 
     def next_token(self, token_ids: Seq[int]) -> int:
@@ -115,34 +116,69 @@ class SimulatedModel:
             tokens.append(out[-1])
         return out
 
-    def execute(self, output: SchedulerOutput) -> dict[str, StepResult]:
-        """Run one step of ``output`` and return the sampled tokens by sequence id."""
-        bs = self.cache.block_size
-        for copy in output.copies:
+    def _apply(self, plan: SchedulerOutput) -> list[tuple[str, int]]:
+        for req_id in plan.finished_ids:
+            if self.requests.pop(req_id, None) is None:
+                raise AssertionError(f"the plan ends {req_id}, which the runner never saw")
+        for req_id in plan.preempted_ids:
+            self.requests[req_id].parked, self.requests[req_id].table = True, []
+        batch = []
+        for new in plan.new_requests:
+            if new.req_id in self.requests:
+                raise AssertionError(f"the plan sends {new.req_id} as new, but the runner holds it already")
+            self.requests[new.req_id] = _SimRequest([*new.prompt_token_ids, *new.output_token_ids],
+                                                    list(new.block_ids), new.num_computed_tokens,
+                                                    self.extra_keys_of(new.req_id))
+            batch.append((new.req_id, new.num_new_tokens))
+        for run in plan.running:
+            req = self.requests.get(run.req_id)
+            if req is None:
+                raise AssertionError(f"the plan sends a diff for {run.req_id}, which the runner does not hold")
+            if req.parked != run.resumed:
+                raise AssertionError(f"{run.req_id}: parked={req.parked} but the diff says resumed={run.resumed}")
+            if run.resumed:
+                req.table, req.parked = list(run.new_block_ids), False
+            else:
+                req.table.extend(run.new_block_ids)
+                if req.computed != run.num_computed_tokens:
+                    raise AssertionError(f"{run.req_id}: the runner computed {req.computed} tokens, the plan says "
+                                         f"{run.num_computed_tokens}")
+            req.computed = run.num_computed_tokens
+            batch.append((run.req_id, run.num_new_tokens))
+        return batch
+
+    def execute(self, plan: SchedulerOutput) -> RunnerOutput:
+        """Run one step of ``plan`` and return the sampled tokens."""
+        batch = self._apply(plan)
+        bs = self.block_size
+        for copy in plan.block_copies:
             for offset in range(copy.num_tokens):
                 src = copy.src * bs + offset
                 if src not in self.slots:
                     raise AssertionError(f"block copy {copy} reads slot {src}, which holds no KV")
                 self.slots[copy.dst * bs + offset] = self.slots[src]
-        results: dict[str, StepResult] = {}
-        for item in output.scheduled:
-            seq = item.seq
-            start, end = seq.num_computed_tokens, seq.num_computed_tokens + item.num_new_tokens
-            table = list(self.cache.block_table(seq.seq_id))
-            if len(table) * bs < end:
+        samples: list[RequestSample] = []
+        for req_id, num_new in batch:
+            req = self.requests[req_id]
+            start, end = req.computed, req.computed + num_new
+            if len(req.table) * bs < end:
                 raise AssertionError(
-                    f"{seq.seq_id} computes up to position {end} but its block table {table} holds {len(table) * bs}"
+                    f"{req_id} computes up to position {end} but its block table {req.table} holds "
+                    f"{len(req.table) * bs}"
                 )
-            fingerprints = prefix_fingerprints(seq.token_ids[:end], seq.extra_keys)
+            fingerprints = prefix_fingerprints(req.tokens[:end], req.extra_keys)
             for pos in range(start):
-                if self.slots.get(table[pos // bs] * bs + pos % bs) != fingerprints[pos]:
+                if self.slots.get(req.table[pos // bs] * bs + pos % bs) != fingerprints[pos]:
                     raise AssertionError(
-                        f"{seq.seq_id}: the KV at position {pos} (block {table[pos // bs]}) is not this sequence's;"
+                        f"{req_id}: the KV at position {pos} (block {req.table[pos // bs]}) is not this request's;"
                         f" the cache reused or kept the wrong block"
                     )
             for pos in range(start, end):
-                self.slots[table[pos // bs] * bs + pos % bs] = fingerprints[pos]
-            if item.samples:
-                results[seq.seq_id] = StepResult(self.next_token(seq.token_ids))
+                self.slots[req.table[pos // bs] * bs + pos % bs] = fingerprints[pos]
+            req.computed = end
+            if end == len(req.tokens):
+                token = self.next_token(req.tokens)
+                req.tokens.append(token)
+                samples.append(RequestSample(req_id, [token]))
         self.num_forwards += 1
-        return results
+        return RunnerOutput(samples=samples)

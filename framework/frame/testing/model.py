@@ -81,7 +81,7 @@ class PagedRunner:
                               [self.tables[s] for s in seqs], BLOCK_SIZE, self.device)
         ids = torch.tensor([t for s in seqs for t in work[s]], device=self.device)
         positions = torch.tensor([self.cached[s] + i for s in seqs for i in range(len(work[s]))], device=self.device)
-        self.attention.prepare(meta)
+        meta = self.attention.build_metadata(meta)
         logits = self.model.compute_logits(self.model(ids, positions, self.caches, meta))
         for s in seqs:
             self.cached[s] += len(work[s])

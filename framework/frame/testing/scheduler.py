@@ -1,10 +1,11 @@
 """Conformance suite for scheduler plugins: subclass :class:`SchedulerConformance` in your plugin's tests.
 
-The suite drives the scheduler with a KV-cache strategy and :class:`~frame.testing.doubles.SimulatedModel` (no
-tensors) through whole workloads and checks, at every step, that the limits hold and the KV bookkeeping is
-right; at the end, that every sequence got exactly the tokens the fake model gives without any scheduler, and that
-no block leaked. A subclass provides the ``scheduler_factory`` fixture and may override ``cache_factory``
-(default: :class:`~frame.testing.doubles.PagedAllocatorDouble`)::
+A scheduler plugin supplies a :class:`~frame.interfaces.scheduler.SchedulingPolicy`; the suite runs it inside the
+engine's own scheduler over a KV-cache strategy, with :class:`~frame.testing.doubles.SimulatedModel` (no tensors)
+executing each step plan, through whole workloads. It checks, at every step, that the limits hold and the KV
+bookkeeping is right; at the end, that every sequence got exactly the tokens the fake model gives without any
+scheduler, and that no block leaked. A subclass provides the ``scheduler_factory`` fixture (``limits -> policy``)
+and may override ``cache_factory`` (default: :class:`~frame.testing.doubles.PagedAllocatorDouble`)::
 
     class TestMyScheduler(SchedulerConformance):
         @pytest.fixture
@@ -22,14 +23,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from frame.engine.plan import RunnerOutput, SchedulerOutput
+from frame.engine.scheduler import Scheduler
 from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import Scheduler, SchedulerLimits, SchedulerOutput
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.sampling_params import SamplingParams
 from frame.sequence import Sequence, SequenceStatus
 from frame.testing.doubles import PagedAllocatorDouble, SimulatedModel
 
 CacheFactory = Callable[[int, int], KVCacheStrategy]
-SchedulerFactory = Callable[[SchedulerLimits, KVCacheStrategy], Scheduler]
+SchedulerFactory = Callable[[SchedulerLimits], SchedulingPolicy]
 
 #: Consecutive steps that may schedule nothing while work remains (a step that only preempts is one).
 MAX_IDLE_STEPS = 2
@@ -68,11 +71,12 @@ def plugin_installed(kind: str, name: str) -> bool:
 
 
 def scheduler_plugin_factory(name: str, **options: Any) -> SchedulerFactory:
-    """A factory creating the installed scheduler plugin ``name`` through its hooks, with ``options``."""
+    """A factory creating the policy of the installed scheduler plugin ``name`` through its hooks, with
+    ``options``."""
     hooks = _hooks()
     model = hooks.options_model("scheduler", name)
     validated: BaseModel | None = model(**options) if model is not None else None
-    return lambda limits, cache: hooks.create_scheduler(name, limits, cache, validated)
+    return lambda limits: hooks.create_scheduler(name, limits, validated)
 
 
 def cache_plugin_factory(name: str, **options: Any) -> CacheFactory:
@@ -114,15 +118,16 @@ class RunReport:
 
 
 class SchedulerHarness:
-    """Drives one scheduler over one cache with the simulated model and checks the invariants of every step."""
+    """Drives a policy inside the engine's scheduler over one cache, executing every plan on the simulated model
+    and checking the invariants of every step."""
 
-    def __init__(self, scheduler: Scheduler, cache: KVCacheStrategy) -> None:
-        self.scheduler = scheduler
+    def __init__(self, policy: SchedulingPolicy, cache: KVCacheStrategy, limits: SchedulerLimits) -> None:
+        self.scheduler = Scheduler(limits, cache, policy)
         self.cache = cache
-        self.limits = scheduler.limits
-        self.model = SimulatedModel(cache)
-        self.report = RunReport()
+        self.limits = limits
         self.live: dict[str, Sequence] = {}
+        self.model = SimulatedModel(cache.block_size, lambda req_id: self.live[req_id].extra_keys)
+        self.report = RunReport()
         self._count = 0
         self._idle = 0
 
@@ -146,16 +151,23 @@ class SchedulerHarness:
             self.live.pop(seq_id)
         return seq
 
+    def scheduled(self, plan: SchedulerOutput) -> list[tuple[Sequence, int]]:
+        """The plan's requests as ``(sequence, new tokens)``, in batch order (read before :meth:`finish_step`)."""
+        return [(self.live[r.req_id], r.num_new_tokens) for r in (*plan.new_requests, *plan.running)]
+
+    def preempted(self, plan: SchedulerOutput) -> list[Sequence]:
+        """The sequences the plan preempted."""
+        return [self.live[req_id] for req_id in plan.preempted_ids]
+
     def step(self) -> list[Sequence]:
         """One schedule, forward and update; returns the sequences that finished."""
-        out = self.scheduler.schedule()
-        self._check_schedule(out)
-        results = self.model.execute(out)
-        return self.finish_step(out, results)
+        plan = self.scheduler.schedule()
+        self._check_schedule(plan)
+        return self.finish_step(plan, self.model.execute(plan))
 
-    def finish_step(self, out: SchedulerOutput, results: dict) -> list[Sequence]:
+    def finish_step(self, plan: SchedulerOutput, output: RunnerOutput) -> list[Sequence]:
         """The update half of :meth:`step` (split so a test can act between the forward and the update)."""
-        finished = self.scheduler.update(out, results)
+        finished = self.scheduler.update(plan, output).finished
         for seq in finished:
             assert seq.finished, f"update returned {seq.seq_id} as finished with status {seq.status}"
             assert self.live.pop(seq.seq_id, None) is seq, f"{seq.seq_id} finished twice or was never live"
@@ -174,33 +186,31 @@ class SchedulerHarness:
             self.step()
         raise AssertionError(f"{len(self.live)} sequences still unfinished after {max_steps} steps")
 
-    def _check_schedule(self, out: SchedulerOutput) -> None:
+    def _check_schedule(self, plan: SchedulerOutput) -> None:
         limits, report = self.limits, self.report
-        assert out.num_batched_tokens <= limits.max_num_batched_tokens, (
-            f"step batches {out.num_batched_tokens} tokens over the budget of {limits.max_num_batched_tokens}")
+        assert plan.num_batched_tokens <= limits.max_num_batched_tokens, (
+            f"step batches {plan.num_batched_tokens} tokens over the budget of {limits.max_num_batched_tokens}")
         assert self.scheduler.num_running <= limits.max_num_seqs, (
             f"{self.scheduler.num_running} sequences run, over max_num_seqs={limits.max_num_seqs}")
-        ids = [item.seq.seq_id for item in out.scheduled]
+        ids = plan.scheduled_ids()
         assert len(ids) == len(set(ids)), f"a sequence is scheduled twice in one step: {ids}"
-        for victim in out.preempted:
+        for victim in self.preempted(plan):
             report.preemptions += 1
             assert victim.seq_id not in ids, f"preempted {victim.seq_id} is still scheduled"
             assert victim.status is SequenceStatus.PREEMPTED, f"preempted {victim.seq_id} has status {victim.status}"
             assert not self.cache.block_table(victim.seq_id), f"preempted {victim.seq_id} still holds blocks"
-        for item in out.scheduled:
-            seq = item.seq
-            assert self.live.get(seq.seq_id) is seq, f"{seq.seq_id} is scheduled but finished or unknown"
+        for seq, num_new in self.scheduled(plan):
             assert seq.status is SequenceStatus.RUNNING, f"scheduled {seq.seq_id} has status {seq.status}"
-            assert 1 <= item.num_new_tokens <= seq.num_uncomputed_tokens, (
-                f"{seq.seq_id} scheduled for {item.num_new_tokens} of {seq.num_uncomputed_tokens} uncomputed tokens")
-            if item.num_new_tokens < seq.num_uncomputed_tokens:
+            assert 1 <= num_new <= seq.num_uncomputed_tokens, (
+                f"{seq.seq_id} scheduled for {num_new} of {seq.num_uncomputed_tokens} uncomputed tokens")
+            if num_new < seq.num_uncomputed_tokens:
                 assert limits.enable_chunked_prefill, f"{seq.seq_id} was chunked with chunked prefill off"
                 report.chunked.add(seq.seq_id)
             if seq.is_prefilling:
                 report.prefill_steps[seq.seq_id] = report.prefill_steps.get(seq.seq_id, 0) + 1
         report.max_running = max(report.max_running, self.scheduler.num_running)
-        report.max_batched_tokens = max(report.max_batched_tokens, out.num_batched_tokens)
-        self._idle = self._idle + 1 if out.is_empty and self.scheduler.has_unfinished() else 0
+        report.max_batched_tokens = max(report.max_batched_tokens, plan.num_batched_tokens)
+        self._idle = self._idle + 1 if plan.is_empty and self.scheduler.has_unfinished() else 0
         assert self._idle <= MAX_IDLE_STEPS, f"no progress for {self._idle} steps with {len(self.live)} unfinished"
 
     def assert_no_leak(self) -> None:
@@ -229,7 +239,8 @@ class SchedulerConformance:
 
     @pytest.fixture
     def scheduler_factory(self) -> SchedulerFactory:
-        """Override: return ``(limits, cache) -> Scheduler`` for the scheduler under test."""
+        """Override: return ``limits -> SchedulingPolicy`` for the plugin under test (see
+        :func:`scheduler_plugin_factory`)."""
         pytest.fail(f"{type(self).__name__} must define the scheduler_factory fixture")
 
     @pytest.fixture
@@ -239,7 +250,7 @@ class SchedulerConformance:
             cache = cache_factory(num_blocks, self.block_size)
             limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                      max_model_len=max_model_len, enable_chunked_prefill=chunked)
-            return SchedulerHarness(scheduler_factory(limits, cache), cache)
+            return SchedulerHarness(scheduler_factory(limits), cache, limits)
 
         return build
 
@@ -254,8 +265,8 @@ class SchedulerConformance:
     def test_nothing_to_do_is_an_empty_step(self, make: Callable[..., SchedulerHarness]) -> None:
         h = make()
         out = h.scheduler.schedule()
-        assert out.is_empty and not out.preempted and not out.copies and out.num_batched_tokens == 0
-        assert h.scheduler.update(out, {}) == []
+        assert out.is_empty and not out.preempted_ids and not out.block_copies and out.num_batched_tokens == 0
+        assert h.scheduler.update(out, RunnerOutput()).finished == []
         assert not h.scheduler.has_unfinished() and h.scheduler.num_waiting == h.scheduler.num_running == 0
 
     def test_every_sequence_gets_exactly_max_tokens(self, make: Callable[..., SchedulerHarness]) -> None:

@@ -64,7 +64,14 @@ class EngineLoop:
         return True
 
     def run(self, recv: Callable[[float], list[ToEngine]]) -> None:
-        """Loop until a Shutdown message. ``recv(timeout)`` returns the messages waiting (maybe none)."""
+        """Loop until a Shutdown message. ``recv(timeout)`` returns the messages waiting (maybe none). The core's
+        model workers are stopped when the loop ends, however it ends (a dead worker raises out of a step)."""
+        try:
+            self._run(recv)
+        finally:
+            self.core.shutdown()
+
+    def _run(self, recv: Callable[[float], list[ToEngine]]) -> None:
         while True:
             busy = self.core.has_unfinished()
             for msg in recv(0.0 if busy else IDLE_WAIT_S):

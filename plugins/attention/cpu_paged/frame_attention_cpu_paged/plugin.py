@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from frame_attention_cpu_paged import kernel
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl

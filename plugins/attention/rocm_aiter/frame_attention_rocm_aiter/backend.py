@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -23,7 +24,6 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 SUPPORTED_HEAD_DIMS = (64, 128)
 #: Context tokens per partition of AITER's paged attention (its kernels are built for 256).
 PARTITION_SIZE = 256
-_PLAN_KEY = "rocm_aiter.plan"
 
 
 def workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, max_context_len: int, dtype: torch.dtype) -> int:
@@ -33,11 +33,18 @@ def workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, max_context_le
     return num_seqs * num_heads * per_head
 
 
+@dataclass
+class AiterMetadata(AttentionMetadata):
+    """The common metadata plus the step's split into AITER calls (built once per step)."""
+
+    plan: AiterPlan
+
+
 class AiterAttentionBackend(AttentionBackend):
     """Paged attention on AITER: float16 or bfloat16, head sizes 64 and 128, block sizes 16 and 32.
 
-    Imports ``aiter`` when created (raising ImportError when it does not import). :meth:`prepare` stores an
-    :class:`~frame_attention_rocm_aiter.plan.AiterPlan` in ``meta.extras["rocm_aiter.plan"]``.
+    Imports ``aiter`` when created (raising ImportError when it does not import). :meth:`build_metadata` adds an
+    :class:`~frame_attention_rocm_aiter.plan.AiterPlan` to the step's metadata.
     """
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
@@ -55,10 +62,14 @@ class AiterAttentionBackend(AttentionBackend):
             self._scales[device] = torch.ones(1, dtype=torch.float32, device=device)
         return self._scales[device]
 
-    def prepare(self, meta: AttentionMetadata) -> None:
+    def build_metadata(self, common: AttentionMetadata) -> AiterMetadata:
+        return AiterMetadata.extend(common, plan=self._plan(common))
+
+    @staticmethod
+    def _plan(meta: AttentionMetadata) -> AiterPlan:
         if meta.block_size not in (16, 32):
             raise ValueError(f"AITER's paged attention takes block sizes 16 and 32, not {meta.block_size}")
-        meta.extras[_PLAN_KEY] = build_plan(meta)
+        return build_plan(meta)
 
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -67,10 +78,7 @@ class AiterAttentionBackend(AttentionBackend):
 
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata) -> torch.Tensor:
-        plan = meta.extras.get(_PLAN_KEY)
-        if not isinstance(plan, AiterPlan):
-            self.prepare(meta)
-            plan = meta.extras[_PLAN_KEY]
+        plan = meta.plan if isinstance(meta, AiterMetadata) else self._plan(meta)
         out = torch.empty_like(query)
         if plan.decode is not None:
             self._decode(query, k_cache, v_cache, plan.decode, out)

@@ -9,7 +9,7 @@ from frame.hookspecs import hookimpl
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.platform import Platform
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 PLATFORMS = ["rocm"]
 

@@ -64,15 +64,14 @@ class TestAiterConformance(AttentionBackendSuite):
         q, k, v = (torch.randn(2, h, 64, generator=gen).half().to(platform.device) for h in (4, 2, 2))
         caches = [torch.randn(3, 16, 2, 64, generator=gen).half().to(platform.device) for _ in range(2)]
         expected = reference_attention(q, k, v, *caches, meta, backend.scale)
-        backend.prepare(meta)
+        meta = backend.build_metadata(meta)
         torch.testing.assert_close(backend.forward(q, k, v, *caches, meta), expected, **tolerance(torch.float16))
 
-    def test_one_prepare_serves_every_layer(self, hooks, platform) -> None:
+    def test_one_metadata_serves_every_layer(self, hooks, platform) -> None:
         backend = self.make_backend(hooks, platform, 6, 2, 64)
         batches = [make_random_batch(11, 4, 16, 6, 2, 64, torch.float16, platform.device,
                                      ["chunk", "decode", "prefill", "decode"]) for _ in range(2)]
-        meta = batches[0][-1]
-        backend.prepare(meta)
+        meta = backend.build_metadata(batches[0][-1])
         for layer, (q, k, v, k_cache, v_cache, _) in enumerate(batches):
             q, k = q * (layer + 1), k - layer
             expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
@@ -112,7 +111,7 @@ def test_refuses_what_aiter_cannot_compute():
         AiterAttentionBackend(4, 2, 96, 0.125, torch.float16)
     backend = AiterAttentionBackend(4, 2, 64, 0.125, torch.float16)
     with pytest.raises(ValueError, match="block sizes 16 and 32, not 8"):
-        backend.prepare(build_metadata([3], [2], [[0]], 8))
+        backend.build_metadata(build_metadata([3], [2], [[0]], 8))
 
 
 def test_backend_fails_to_create_without_aiter(monkeypatch):
@@ -154,7 +153,6 @@ def test_mixed_step_calls_each_aiter_kernel_once(aiter_module, monkeypatch):
     q, k, v, k_cache, v_cache, meta = make_random_batch(21, 5, 32, 8, 2, 128, torch.bfloat16,
                                                         kinds=["decode", "chunk", "prefill", "decode", "chunk"])
     expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.09)
-    backend.prepare(meta)
-    out = backend.forward(q, k, v, k_cache, v_cache, meta)
+    out = backend.forward(q, k, v, k_cache, v_cache, backend.build_metadata(meta))
     assert calls == ["reshape_and_cache_flash", "paged_attention_v1", "flash_attn_varlen_func"]
     torch.testing.assert_close(out, expected, **tolerance(torch.bfloat16))

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 
 from frame_attention_sdpa.plan import DecodeGroup, PrefillSeq, SdpaPlan, build_plan
 
-_PLAN_KEY = "sdpa_plan"
 #: Up to this many KV heads, decode folds the queries block-diagonally (its multiply-adds grow with the KV head
 #: count). Measured faster than the SDPA path at 3 KV heads (SmolLM2); more heads keep SDPA until measured.
 _MAX_FOLDED_KV_HEADS = 4
+
+
+@dataclass
+class SdpaMetadata(AttentionMetadata):
+    """The common metadata plus the step's gather plan, built once per step and read by every layer."""
+
+    plan: SdpaPlan
 
 
 class SdpaAttention(AttentionBackend):
@@ -23,9 +31,9 @@ class SdpaAttention(AttentionBackend):
     shifted by its cached context.
     """
 
-    def prepare(self, meta: AttentionMetadata) -> None:
+    def build_metadata(self, common: AttentionMetadata) -> SdpaMetadata:
         """Build the step's gather plan once; every layer reuses it."""
-        meta.extras[_PLAN_KEY] = build_plan(meta)
+        return SdpaMetadata.extend(common, plan=build_plan(common))
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -40,10 +48,7 @@ class SdpaAttention(AttentionBackend):
         self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         """Causal attention of every query row over its sequence's cached context (new tokens included)."""
-        plan: SdpaPlan | None = meta.extras.get(_PLAN_KEY)
-        if plan is None:
-            self.prepare(meta)
-            plan = meta.extras[_PLAN_KEY]
+        plan = meta.plan if isinstance(meta, SdpaMetadata) else build_plan(meta)
         k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
         v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
         out = torch.empty_like(query)

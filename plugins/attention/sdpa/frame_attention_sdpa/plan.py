@@ -1,6 +1,6 @@
 """The per-step gather plan of the sdpa backend: which cache slots each sequence reads, and its masks.
 
-Built once per step (in ``prepare``) from the host copies of the metadata, then reused by every layer.
+Built once per step (in ``build_metadata``) from the host copies of the metadata, then reused by every layer.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def test_plan_splits_decodes_from_prefills() -> None:
     assert plan.prefills[1].mask[1].tolist() == [True] * 5
 
 
-def test_attend_plans_for_itself_when_prepare_was_skipped() -> None:
+def test_attend_plans_for_itself_given_the_common_metadata() -> None:
     backend = SdpaAttention(4, 2, 64, 0.125, torch.float32)
     q, k, v, k_cache, v_cache, meta = make_random_batch(3, 4, 16, 4, 2, 64)
     out = backend.forward(q, k, v, k_cache, v_cache, meta)

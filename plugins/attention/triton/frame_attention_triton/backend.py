@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 
@@ -11,13 +13,19 @@ from frame_attention_triton.paged_attention import paged_attention
 from frame_attention_triton.planning import TilePlan, build_plan
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_PLAN_KEY = "triton.plan"
+
+
+@dataclass
+class TritonMetadata(AttentionMetadata):
+    """The common metadata plus the step's tile plan (built once per step, read by every layer)."""
+
+    plan: TilePlan
 
 
 class TritonAttentionBackend(AttentionBackend):
     """Paged attention as two Triton kernels: a slot-wise KV write and one mixed-batch attention kernel.
 
-    :meth:`prepare` cuts the step's queries into tiles (``meta.extras["triton.plan"]``, a :class:`TilePlan`);
+    :meth:`build_metadata` cuts the step's queries into tiles (a :class:`TilePlan` in :class:`TritonMetadata`);
     every layer's :meth:`attend` reuses that plan. Block sizes must be multiples of 16.
     """
 
@@ -33,11 +41,12 @@ class TritonAttentionBackend(AttentionBackend):
         """Query heads per KV head."""
         return self.num_heads // self.num_kv_heads
 
-    def prepare(self, meta: AttentionMetadata) -> None:
-        """Build the step's tile plan into ``meta.extras`` (host work only, one small copy to the device)."""
-        meta.extras[_PLAN_KEY] = build_plan(
-            meta.query_lens, self.group, self.options.prefill_block_m, meta.query_start_loc.device
-        )
+    def build_metadata(self, common: AttentionMetadata) -> TritonMetadata:
+        """The step's tile plan (host work only, one small copy to the device)."""
+        return TritonMetadata.extend(common, plan=self._plan(common))
+
+    def _plan(self, meta: AttentionMetadata) -> TilePlan:
+        return build_plan(meta.query_lens, self.group, self.options.prefill_block_m, meta.query_start_loc.device)
 
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -45,10 +54,7 @@ class TritonAttentionBackend(AttentionBackend):
 
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata) -> torch.Tensor:
-        plan = meta.extras.get(_PLAN_KEY)
-        if not isinstance(plan, TilePlan):
-            self.prepare(meta)
-            plan = meta.extras[_PLAN_KEY]
+        plan = meta.plan if isinstance(meta, TritonMetadata) else self._plan(meta)
         return paged_attention(
             query, k_cache, v_cache, query_start_loc=meta.query_start_loc, seq_lens=meta.seq_lens,
             block_tables=meta.block_tables, plan=plan, scale=self.scale,

@@ -11,7 +11,7 @@ from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.platform import Platform
 from pydantic import BaseModel
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 PLATFORMS = ["cuda", "rocm"]
 

@@ -29,8 +29,7 @@ def _check(seed: int, dtype: torch.dtype, num_seqs: int, block_size: int, heads:
     )
     expected = reference_attention(q, k, v, k_cache, v_cache, meta, head_dim**-0.5).double()
     backend = TritonAttentionBackend(heads[0], heads[1], head_dim, head_dim**-0.5, dtype)
-    backend.prepare(meta)
-    out = backend.forward(q, k, v, k_cache, v_cache, meta)
+    out = backend.forward(q, k, v, k_cache, v_cache, backend.build_metadata(meta))
     err = (out.double() - expected).abs().max().item()
     assert err <= TOLERANCE[dtype], f"seed {seed} {dtype} bs={block_size} heads={heads} d={head_dim}: {err:.2e}"
 

@@ -41,8 +41,8 @@ def run_backend(batch, num_heads: int, num_kv_heads: int, head_dim: int, dtype: 
     backend = TritonAttentionBackend(num_heads, num_kv_heads, head_dim, head_dim**-0.5, dtype)
     if prefill_block_m is not None:
         backend.options = backend.options.model_copy(update={"prefill_block_m": prefill_block_m})
-    backend.prepare(batch.meta)
-    return backend.forward(batch.query, batch.key, batch.value, batch.k_cache, batch.v_cache, batch.meta)
+    meta = backend.build_metadata(batch.meta)
+    return backend.forward(batch.query, batch.key, batch.value, batch.k_cache, batch.v_cache, meta)
 
 
 @pytest.mark.parametrize("seed", range(56))
@@ -116,14 +116,13 @@ def test_pure_decode_batch_with_long_contexts(paged_batch, reference):
     assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.float32]
 
 
-def test_attend_without_prepare_builds_its_own_plan(paged_batch, reference):
+def test_attend_on_the_common_metadata_builds_its_own_plan(paged_batch, reference):
     batch = paged_batch([(5, 3), (0, 17)], num_heads=2, num_kv_heads=2, head_dim=64, block_size=16,
                         dtype=torch.float32, seed=3)
     backend = TritonAttentionBackend(2, 2, 64, 0.125, torch.float32)
     out = backend.forward(batch.query, batch.key, batch.value, batch.k_cache, batch.v_cache, batch.meta)
     expected = reference(batch.query, batch.k_cache, batch.v_cache, batch.meta, 0.125)
     assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.float32]
-    assert "triton.plan" in batch.meta.extras
 
 
 def test_block_size_must_be_a_multiple_of_16(paged_batch):

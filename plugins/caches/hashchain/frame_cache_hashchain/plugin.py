@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from frame_cache_hashchain.digest import make_block_digest
 from frame_cache_hashchain.strategy import HashChainCache
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 class HashChainOptions(BaseModel):

@@ -12,7 +12,7 @@ from frame_cache_none.strategy import NoCache
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from frame_cache_radix.strategy import RadixCache
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 class RadixOptions(BaseModel):

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import Any
 
-from frame.interfaces.cache import Allocation, BlockCopy, CacheSequence, KVCacheStrategy, PrefixMatch
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch
 
 from frame_cache_radix.pool import RefPool
 from frame_cache_radix.tree import Node, RadixTree
 
 
 @dataclass
-class _SeqState:
-    """A live sequence: its block table and its place in the tree.
+class RadixState:
+    """A live sequence's place in the tree: ``node`` is the deepest node of its locked path and covers
+    ``tokens[:inserted]`` (``node.end == inserted``; None when nothing is inserted yet)."""
 
-    ``node`` is the deepest node of the sequence's locked path and covers ``tokens[:inserted]``
-    (``node.end == inserted``; None when nothing is inserted yet).
-    """
-
-    table: list[int]
     node: Node | None = None
     inserted: int = 0
 
@@ -29,9 +25,9 @@ class RadixCache(KVCacheStrategy):
 
     A match may end inside a block that the tree owns. The sequence cannot share that block, because it will
     write its own next tokens into the block's remaining slots (which hold another branch's KV), so it gets a
-    fresh block and a :class:`BlockCopy` of the matched slots; every full block before it is shared.
+    fresh block and a copy of the matched slots (the core orders the copy); every full block before it is shared.
 
-    Sequences enter the tree at :meth:`commit` (their full blocks) and at :meth:`free` (everything computed,
+    Sequences enter the tree at :meth:`publish` (their full blocks) and at :meth:`release` (everything computed,
     including a partial last block, which the tree then owns). The tree only ever holds blocks that no sequence
     will write again. A live sequence locks its path; eviction frees unlocked leaves, least recently used first.
     """
@@ -41,10 +37,9 @@ class RadixCache(KVCacheStrategy):
         self.partial_block_reuse = partial_block_reuse
         self.pool = RefPool(num_blocks)
         self.tree = RadixTree(self.pool, block_size)
-        self._seqs: dict[str, _SeqState] = {}
 
     # -- lookups ----------------------------------------------------------------------------------------
-    def match(self, seq: CacheSequence) -> PrefixMatch:
+    def lookup(self, seq: CacheSequence) -> PrefixMatch:
         num_tokens, node = self._lookup(seq, len(seq.token_ids) - 1)
         return PrefixMatch(num_tokens, node)
 
@@ -58,99 +53,50 @@ class RadixCache(KVCacheStrategy):
                 node = node.parent if node.parent is not None and node.parent.parent is not None else None
         return num_tokens, node if num_tokens else None
 
-    def block_table(self, seq_id: str) -> Seq[int]:
-        state = self._seqs.get(seq_id)
-        return tuple(state.table) if state else ()
+    def plan_claim(self, seq: CacheSequence, match: PrefixMatch) -> PrefixClaim:
+        # Look again: the tree may have changed since match(); never claim more than the caller planned for.
+        cached, node = self._lookup(seq, min(match.num_tokens, len(seq.token_ids) - 1))
+        owners, referenced = self.tree.path_blocks(node, cached)
+        num_shared = cached // self.block_size
+        # Locking the matched path pins its blocks; those that were evictable stop counting as free.
+        pinned = sum(1 for block in referenced if self.pool.is_evictable(block))
+        partial = owners[num_shared] if cached % self.block_size else None
+        return PrefixClaim(cached, tuple(owners[:num_shared]), partial, pinned, (node, cached))
+
+    def claim(self, seq: CacheSequence, plan: PrefixClaim) -> RadixState:
+        node, cached = plan.handle if plan.handle is not None else (None, 0)
+        if node is not None and node.end > cached:
+            node = self.tree.split(node, cached - node.start)
+        self.tree.lock(node)
+        for block in plan.shared_blocks:
+            self.pool.adjust(block, seq=1)
+        return RadixState(node, cached)
 
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free
 
-    # -- allocation -------------------------------------------------------------------------------------
-    def allocate(
-        self, seq: CacheSequence, num_new_tokens: int, match: PrefixMatch | None = None
-    ) -> Allocation | None:
-        state = self._seqs.get(seq.seq_id)
-        if state is not None:
-            missing = self.num_blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(state.table)
-            if missing > self.pool.num_free:
-                return None
-            if missing > 0:
-                state.table.extend(self._take(missing))
-            return Allocation()
-        return self._admit(seq, num_new_tokens, match)
-
-    def _admit(self, seq: CacheSequence, num_new_tokens: int, match: PrefixMatch | None) -> Allocation | None:
-        size = self.block_size
-        cached, node = 0, None
-        if match is not None and match.num_tokens > 0 and not seq.num_computed_tokens:
-            # Look again: the tree may have changed since match(); never claim more than the caller planned for.
-            cached, node = self._lookup(seq, min(match.num_tokens, len(seq.token_ids) - 1))
-        owners, referenced = self.tree.path_blocks(node, cached)
-        num_shared = cached // size
-        missing = self.num_blocks_needed(seq.num_computed_tokens + cached + num_new_tokens) - num_shared
-        # Locking the matched path pins its blocks; those that were evictable stop counting as free.
-        newly_pinned = sum(1 for block in referenced if self.pool.is_evictable(block))
-        if missing + newly_pinned > self.pool.num_free:
-            return None
-        if node is not None and node.end > cached:
-            node = self.tree.split(node, cached - node.start)
-        self.tree.lock(node)
-        for block in owners[:num_shared]:
-            self.pool.adjust(block, seq=1)
-        table = owners[:num_shared] + self._take(missing)
-        copies: tuple[BlockCopy, ...] = ()
-        if cached % size:
-            copies = (BlockCopy(src=owners[num_shared], dst=table[num_shared], num_tokens=cached % size),)
-        self._seqs[seq.seq_id] = _SeqState(table, node, cached)
-        self.stats.queries += 1
-        self.stats.query_tokens += len(seq.token_ids)
-        if cached:
-            self.stats.hits += 1
-            self.stats.hit_tokens += cached
-        self._track()
-        return Allocation(num_cached_tokens=cached, copies=copies)
-
-    def _take(self, count: int) -> list[int]:
+    def take(self, count: int) -> list[int]:
         if count > self.pool.num_empty:
             self.stats.evictions += self.tree.evict(count)
-        blocks = self.pool.take(count)
-        self._track()
-        return blocks
+        return self.pool.take(count)
 
     # -- publishing and release -------------------------------------------------------------------------
-    def commit(self, seq: CacheSequence) -> None:
-        state = self._seqs.get(seq.seq_id)
-        if state is not None:
-            computed = min(seq.num_computed_tokens, len(state.table) * self.block_size)
-            self._publish(seq, state, computed - computed % self.block_size)
-
-    def free(self, seq: CacheSequence) -> None:
-        state = self._seqs.pop(seq.seq_id, None)
-        if state is None:
-            return
-        self._publish(seq, state, min(seq.num_computed_tokens, len(state.table) * self.block_size))
-        self.tree.unlock(state.node)
-        for block in state.table:
-            self.pool.adjust(block, seq=-1)
-        self._track()
-
-    def _publish(self, seq: CacheSequence, state: _SeqState, num_tokens: int) -> None:
+    def publish(self, seq: CacheSequence, table: list[int], state: Any, num_tokens: int) -> RadixState:
         """Insert ``seq.token_ids[:num_tokens]`` into the tree and move the sequence's lock to its new end."""
         if num_tokens <= state.inserted:
-            return
-        node = self.tree.insert(seq.extra_keys, seq.token_ids, num_tokens, state.table, state.node)
+            return state
+        node = self.tree.insert(seq.extra_keys, seq.token_ids, num_tokens, table, state.node)
         self.tree.lock(node)
         self.tree.unlock(state.node)
         state.node, state.inserted = node, num_tokens
-        self._track()
+        return state
 
-    def reset(self) -> bool:
-        if self.pool.num_free < self.num_blocks:
-            return False
+    def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
+        state = self.publish(seq, table, state, num_computed)
+        self.tree.unlock(state.node)
+        for block in table:
+            self.pool.adjust(block, seq=-1)
+
+    def clear(self) -> None:
         self.tree.clear()
-        self._track()
-        return True
-
-    def _track(self) -> None:
-        self.track_usage(self.num_blocks - self.pool.num_free)

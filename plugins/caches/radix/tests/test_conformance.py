@@ -17,7 +17,7 @@ def check_tree(cache: RadixCache, driver: CacheDriver) -> None:
     node_refs: Counter[int] = Counter()
     pins: Counter[int] = Counter()
     locks: Counter[int] = Counter()
-    for state in cache._seqs.values():
+    for state in cache.live_states().values():
         assert (state.node is None) == (state.inserted == 0)
         if state.node is not None:
             assert state.node.alive and state.node.end == state.inserted

@@ -1,11 +1,14 @@
-"""The pieces of a Llama decoder layer: attention with a fused QKV projection and a SwiGLU MLP (norms and
-linears are the core's layers, so platform kernels can serve them)."""
+"""The pieces of a Llama decoder layer: attention with a fused QKV projection and a SwiGLU MLP.
+
+Norms and linears are the core's layers, so platform kernels serve them and tensor parallelism shards them: the
+QKV projection by heads, the SwiGLU projection by intermediate features, and the output and down projections
+sum their partial products over the ranks. The family holds no communication code of its own."""
 
 from __future__ import annotations
 
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
-from frame.layers import Linear, RMSNorm, RotateHalves, SwiGLUProjection
+from frame.layers import QKVParallelLinear, RMSNorm, RotateHalves, RowParallelLinear, SwiGLUProjection
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
@@ -16,10 +19,13 @@ class Attention(nn.Module):
 
     def __init__(self, args: LlamaArgs, backend: AttentionBackend, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
-        self.q_size, self.kv_size = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-        self.qkv = Linear(args.hidden_size, self.q_size + 2 * self.kv_size, args.qkv_bias, device, dtype)
-        self.o_proj = Linear(self.q_size, args.hidden_size, args.o_bias, device, dtype)
+        self.qkv = QKVParallelLinear(args.hidden_size, args.head_dim, args.num_heads, args.num_kv_heads, args.qkv_bias,
+                                     device, dtype)
+        heads = self.qkv.heads  # this rank's share
+        self.num_heads, self.num_kv_heads, self.head_dim = heads.q_count, heads.kv_count, args.head_dim
+        self.q_size, self.kv_size = heads.q_count * args.head_dim, heads.kv_count * args.head_dim
+        self.o_proj = RowParallelLinear(args.num_heads * args.head_dim, args.hidden_size, args.o_bias, device, dtype,
+                                        input_range=(heads.q_start * args.head_dim, self.q_size))
         self.rotate = RotateHalves()
         self.backend = backend
 
@@ -46,7 +52,8 @@ class MLP(nn.Module):
     def __init__(self, args: LlamaArgs, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
         self.gate_up = SwiGLUProjection(args.hidden_size, args.intermediate_size, args.mlp_bias, device, dtype)
-        self.down_proj = Linear(args.intermediate_size, args.hidden_size, args.mlp_bias, device, dtype)
+        self.down_proj = RowParallelLinear(args.intermediate_size, args.hidden_size, args.mlp_bias, device, dtype,
+                                           input_range=self.gate_up.output_range)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up(x))

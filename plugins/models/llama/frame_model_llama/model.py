@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
-from frame.layers import Linear, RMSNorm, empty_parameter
+from frame.layers import ParallelLMHead, RMSNorm, VocabParallelEmbedding, local_heads
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
 from frame_model_llama.layers import DecoderLayer
-from frame_model_llama.loading import expected_targets, gguf_heads_to_unpermute, target_of, unpermute_rows
+from frame_model_llama.loading import gguf_heads_to_unpermute, target_of, unpermute_rows
 from frame_model_llama.rope import RotaryEmbedding
 
 
@@ -19,32 +19,28 @@ class LlamaModel(CausalLM):
 
     def __init__(self, args: LlamaArgs, attention: AttentionBackend, device: torch.device, dtype: torch.dtype):
         super().__init__()
+        heads = local_heads(args.num_heads, args.num_kv_heads)  # this tensor-parallel rank's share
         if (attention.num_heads, attention.num_kv_heads, attention.head_dim) != (
-            args.num_heads, args.num_kv_heads, args.head_dim
+            heads.q_count, heads.kv_count, args.head_dim
         ):
             raise ValueError(
                 f"the attention backend was made for {attention.num_heads} heads / {attention.num_kv_heads} KV "
-                f"heads of size {attention.head_dim}, but the model has {args.num_heads} / {args.num_kv_heads} "
-                f"of size {args.head_dim}"
+                f"heads of size {attention.head_dim}, but this rank of the model has {heads.q_count} / "
+                f"{heads.kv_count} of size {args.head_dim}"
             )
         self.args = args
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size, device=device, dtype=dtype)
-        self.embed_tokens.weight.requires_grad_(False)
+        self.num_kv_heads = heads.kv_count
+        self.embed_tokens = VocabParallelEmbedding(args.vocab_size, args.hidden_size, device, dtype)
         self.layers = nn.ModuleList(DecoderLayer(args, attention, device, dtype) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, device, dtype)
-        # Tied checkpoints reuse the embedding as the output projection and have no lm_head parameter.
-        self.lm_head = None if args.tie_word_embeddings else empty_parameter(
-            args.vocab_size, args.hidden_size, device=device, dtype=dtype
-        )
         self.rotary = RotaryEmbedding(args.rope, args.head_dim, args.max_position_embeddings, device)
-        # The output projection as a Linear over the same parameter, so a platform's kernel serves it too;
-        # registered last, so the parameter keeps its checkpoint name (embed_tokens.weight or lm_head).
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head
-        self.logits = Linear(args.hidden_size, args.vocab_size, False, device, dtype, weight=weight)
+        # Tied checkpoints reuse the embedding (the same vocabulary slice) as the output projection.
+        tied = self.embed_tokens.weight if args.tie_word_embeddings else None
+        self.logits = ParallelLMHead(args.hidden_size, args.vocab_size, device, dtype, weight=tied)
 
     @property
     def kv_cache_spec(self) -> KVCacheSpec:
-        return KVCacheSpec(self.args.num_layers, self.args.num_kv_heads, self.args.head_dim)
+        return KVCacheSpec(self.args.num_layers, self.num_kv_heads, self.args.head_dim)
 
     @torch.inference_mode()
     def forward(  # type: ignore[override]
@@ -66,28 +62,38 @@ class LlamaModel(CausalLM):
         """float32 logits ``[n, vocab]``."""
         return self.logits(hidden).float()
 
+    def expected_targets(self) -> set[tuple[str, str, str | None]]:
+        """Every ``(module, kind, part)`` a checkpoint must fill."""
+        expected: set[tuple[str, str, str | None]] = set()
+        for path, module in self.named_modules():
+            load_parts = getattr(module, "load_parts", None)
+            if load_parts is None or (path == "logits" and self.args.tie_word_embeddings):
+                continue
+            for kind in ("weight", "bias"):
+                if getattr(module, kind, None) is not None or (kind == "bias" and getattr(module, "summed_bias", None)
+                                                                is not None):
+                    expected.update((path, kind, part) for part in load_parts())
+        return expected
+
     @torch.inference_mode()
     def load_weights(self, source: WeightSource) -> None:
-        """Copy every tensor of ``source`` into place (fused shards by row range); ValueError on a gap or extra."""
+        """Hand every tensor of ``source`` to its layer (which keeps its slice); ValueError on a gap or extra."""
         gguf = source.format == "gguf"
-        params = dict(self.named_parameters())
-        expected = expected_targets(list(params), self.args)
+        modules = dict(self.named_modules())
+        expected = self.expected_targets()
         for name, tensor in source.tensors():
             target = target_of(name, self.args, gguf)
             if target is None:
                 continue
-            param_name, offset, rows = target
             heads = gguf_heads_to_unpermute(name, self.args) if gguf else None
             if heads is not None:
                 tensor = unpermute_rows(tensor, heads)
-            dest = params[param_name].data
-            if rows is not None:
-                dest = dest[offset : offset + rows]
-            if tuple(dest.shape) != tuple(tensor.shape):
-                raise ValueError(f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, "
-                                 f"expected {tuple(dest.shape)}")
-            dest.copy_(tensor)
-            expected.discard((param_name, offset))
+            path, kind, part = target
+            try:
+                modules[path].load(kind, tensor, part)
+            except ValueError as err:
+                raise ValueError(f"checkpoint tensor {name!r}: {err}") from None
+            expected.discard(target)
         if expected:
-            missing = ", ".join(sorted(f"{p}[{o}:]" if o else p for p, o in expected))
+            missing = ", ".join(sorted(f"{p}.{k}" + (f"[{part}]" if part else "") for p, k, part in expected))
             raise ValueError(f"the checkpoint lacks tensors for: {missing}")

@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 from frame_model_llama.args import ARCHITECTURES, LlamaArgs
 from frame_model_llama.model import LlamaModel
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl

@@ -93,13 +93,13 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
         assert torch.equal(unpermute_rows(permuted, heads), w)
 
 
-def test_names_map_to_fused_rows() -> None:
+def test_names_map_to_layers_and_fused_parts() -> None:
     args = LlamaArgs.from_config(LlamaConfig(**TINY))
-    q, kv = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-    assert target_of("model.layers.1.self_attn.k_proj.weight", args, gguf=False) == ("layers.1.attn.qkv.weight", q, kv)
-    assert target_of("blk.0.attn_v.weight", args, gguf=True) == ("layers.0.attn.qkv.weight", q + kv, kv)
-    assert target_of("blk.1.ffn_up.weight", args, gguf=True) == ("layers.1.mlp.gate_up.weight", 96, 96)
-    assert target_of("output.weight", args, gguf=True) == ("lm_head", 0, None)
+    assert target_of("model.layers.1.self_attn.k_proj.weight", args, gguf=False) == ("layers.1.attn.qkv", "weight", "k")
+    assert target_of("blk.0.attn_v.weight", args, gguf=True) == ("layers.0.attn.qkv", "weight", "v")
+    assert target_of("blk.1.ffn_up.weight", args, gguf=True) == ("layers.1.mlp.gate_up", "weight", "up")
+    assert target_of("blk.1.attn_norm.weight", args, gguf=True) == ("layers.1.input_norm", "weight", None)
+    assert target_of("output.weight", args, gguf=True) == ("logits", "weight", None)
     assert target_of("rope_freqs.weight", args, gguf=True) is None
     with pytest.raises(ValueError, match=r"blk\.2\.attn_q\.weight"):
         target_of("blk.2.attn_q.weight", args, gguf=True)  # the model has 2 layers

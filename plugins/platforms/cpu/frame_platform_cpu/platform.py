@@ -36,6 +36,7 @@ class CpuPlatform(Platform):
 
     def __init__(self, options: CpuOptions | None = None) -> None:
         self.options = options or CpuOptions()
+        self._ranks_sharing = 1
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -44,7 +45,13 @@ class CpuPlatform(Platform):
 
     @property
     def threads(self) -> int:
-        return self.options.threads or probe.usable_cores()
+        """The ``threads`` option, or this process's share of the usable cores (all of them without tensor
+        parallelism; with it, the ranks on this host split them)."""
+        return self.options.threads or max(1, probe.usable_cores() // self._ranks_sharing)
+
+    def for_rank(self, rank: int, world_size: int) -> None:
+        """Tensor-parallel ranks on one host share its cores instead of each spinning on all of them."""
+        self._ranks_sharing = world_size
 
     @property
     def device(self) -> torch.device:
@@ -95,14 +102,14 @@ class CpuPlatform(Platform):
         (bit-exact) path."""
         if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
             return None
+        if isinstance(layer, SwiGLUProjection):  # before Linear: it is one, with the activation on top
+            if layer.weight.dtype != torch.bfloat16:
+                return None
+            return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
         if isinstance(layer, Linear):
             if layer.weight.dtype != torch.bfloat16 or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
                 return None
             return kernels.bfloat16_linear(layer.weight, layer.bias)
-        if isinstance(layer, SwiGLUProjection):
-            if layer.weight.dtype != torch.bfloat16:
-                return None
-            return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
         if isinstance(layer, RMSNorm):
             return kernels.fused_add_rms_norm(layer.weight, layer.eps) if layer.weight.dtype == torch.bfloat16 else None
         if isinstance(layer, SiluAndMul):

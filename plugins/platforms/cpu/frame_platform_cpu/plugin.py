@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 from frame.errors import ConfigError
-from frame.interfaces.platform import Platform
+from frame.interfaces.platform import Platform, rank_device_index
 from pydantic import BaseModel, ConfigDict, Field
 
 _GIB = 1 << 30
@@ -75,6 +75,16 @@ class RocmPlatform(Platform):
     @property
     def device(self) -> torch.device:
         return torch.device("cuda", self.options.device_index)
+
+    @property
+    def distributed_backend(self) -> str:
+        """NCCL (RCCL on ROCm builds of torch, under the same name)."""
+        return "nccl"
+
+    def for_rank(self, rank: int, world_size: int) -> None:
+        """Rank ``r`` runs on device ``device_index + r``."""
+        index = rank_device_index(self.options.device_index, rank, torch.cuda.device_count(), "AMD GPU")
+        self.options = self.options.model_copy(update={"device_index": index})
 
     @property
     def supported_dtypes(self) -> Sequence[torch.dtype]:

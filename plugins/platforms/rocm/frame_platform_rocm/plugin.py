@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from frame_platform_rocm.platform import RocmOptions, RocmPlatform
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 #: Outranks the cpu platform's 0.
 PRIORITY = 100

@@ -1,5 +1,5 @@
 """frame's first-come-first-served scheduler plugin (``--sched fcfs``)."""
 
-from frame_scheduler_fcfs.scheduler import FcfsScheduler
+from frame_scheduler_fcfs.scheduler import FcfsPolicy
 
-__all__ = ["FcfsScheduler"]
+__all__ = ["FcfsPolicy"]

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from frame.hookspecs import hookimpl
-from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from pydantic import BaseModel
 
-from frame_scheduler_fcfs.scheduler import FcfsScheduler
+from frame_scheduler_fcfs.scheduler import FcfsPolicy
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl
-def frame_scheduler_create(limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None) -> Scheduler:
-    """A first-come-first-served scheduler driving ``cache`` (it takes no options)."""
-    return FcfsScheduler(limits, cache)
+def frame_scheduler_create(limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
+    """The first-come-first-served policy (it takes no options)."""
+    return FcfsPolicy(limits)

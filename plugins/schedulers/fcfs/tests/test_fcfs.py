@@ -31,7 +31,7 @@ class TestFcfsConformance(SchedulerConformance):
 def harness(num_blocks: int = 64, max_num_seqs: int = 4, budget: int = 64) -> SchedulerHarness:
     cache = PagedAllocatorDouble(num_blocks, 4)
     limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256)
-    return SchedulerHarness(scheduler_plugin_factory("fcfs")(limits, cache), cache)
+    return SchedulerHarness(scheduler_plugin_factory("fcfs")(limits), cache, limits)
 
 
 def test_admits_in_arrival_order():
@@ -40,7 +40,7 @@ def test_admits_in_arrival_order():
     admitted: list[Sequence] = []
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
-        admitted += [s.seq for s in out.scheduled if s.seq.num_computed_tokens == 0]
+        admitted += [seq for seq, _ in h.scheduled(out) if seq.num_computed_tokens == 0]
         h.finish_step(out, h.model.execute(out))
     assert admitted == seqs
 
@@ -54,8 +54,8 @@ def test_preempts_the_newest_and_lets_nobody_jump_the_queue():
     admissions: list[Sequence] = []
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
-        preempted += out.preempted
-        admissions += [s.seq for s in out.scheduled if s.seq.num_computed_tokens == 0]
+        preempted += h.preempted(out)
+        admissions += [seq for seq, _ in h.scheduled(out) if seq.num_computed_tokens == 0]
         h.finish_step(out, h.model.execute(out))
     assert preempted == [c, b]
     # First admissions in arrival order except d, which waits behind the preempted c although a block is free;
@@ -73,7 +73,7 @@ def test_a_full_pool_preempts_the_newest_before_it_runs():
     b = h.add(make_prompt(2, 8), max_tokens=6)
     h.step()  # both prefilled: 4 of 4 blocks used, first output tokens sampled
     out = h.scheduler.schedule()
-    assert [s.seq for s in out.scheduled] == [a] and out.preempted == [b]
+    assert [seq for seq, _ in h.scheduled(out)] == [a] and h.preempted(out) == [b]
     assert out.num_batched_tokens == 1 and b.status is SequenceStatus.PREEMPTED
     h.finish_step(out, h.model.execute(out))
     h.run()

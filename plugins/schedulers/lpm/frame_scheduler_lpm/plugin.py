@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from frame.hookspecs import hookimpl
-from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from pydantic import BaseModel
 
-from frame_scheduler_lpm.scheduler import LpmOptions, LpmScheduler
+from frame_scheduler_lpm.scheduler import LpmOptions, LpmPolicy
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl
@@ -19,8 +18,8 @@ def frame_plugin_options() -> type[BaseModel]:
 
 
 @hookimpl
-def frame_scheduler_create(limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None) -> Scheduler:
-    """A longest-prefix-match scheduler driving ``cache``; ``options`` is an :class:`LpmOptions` or None."""
+def frame_scheduler_create(limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
+    """The longest-prefix-match policy; ``options`` is an :class:`LpmOptions` or None."""
     if options is not None and not isinstance(options, LpmOptions):
         raise TypeError(f"the lpm scheduler takes LpmOptions, got {type(options).__name__}")
-    return LpmScheduler(limits, cache, options)
+    return LpmPolicy(limits, options)

@@ -1,12 +1,11 @@
-"""LpmScheduler: SGLang's longest-prefix-match admission over frame's continuous-batching mechanism."""
+"""LpmPolicy: SGLang's longest-prefix-match admission, for frame's continuous-batching mechanism."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 
-from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import SchedulerLimits, SchedulerOutput
-from frame.scheduling import PolicyScheduler
+from frame.interfaces.scheduler import PrefixLookup, SchedulerLimits, SchedulingPolicy
 from frame.sequence import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,41 +16,43 @@ class LpmOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_waiting_for_lpm: int = Field(
-        128, ge=0, description="rank by cached prefix only while at most this many sequences wait; beyond it, "
-        "admit in arrival order (ranking costs one prefix lookup per waiting sequence per step)")
+        128, ge=0, description="rank by cached prefix only while at most this many requests wait; beyond it, "
+        "admit in arrival order (ranking costs one prefix lookup per waiting request per step)")
     in_batch_prefix_tokens: int = Field(
-        32, ge=0, description="defer a waiting sequence whose first this-many tokens, not cached yet, equal those "
+        32, ge=0, description="defer a waiting request whose first this-many tokens, not cached yet, equal those "
         "of an earlier waiting one, so that it reuses that one's KV instead of computing it alongside; 0: off")
 
 
-class LpmScheduler(PolicyScheduler):
-    """Admits the waiting sequences whose prompts have the longest cached prefix first.
+class LpmPolicy(SchedulingPolicy):
+    """Admits the waiting requests whose prompts have the longest cached prefix first.
 
-    The cached length comes from the active cache strategy through the contract (``cache.match(seq)``), so the
-    policy works over any strategy; ties go to the earlier arrival. Sequences that share an uncached prefix with
-    an earlier waiting one are ranked last (see :class:`LpmOptions`). Above ``max_waiting_for_lpm`` waiting
-    sequences the order is the queue's (preempted first, then arrival), as with fcfs. The preemption victim is
-    the most recently admitted running sequence.
+    The cached length comes from the active cache strategy through the engine (``prefix.cached_prefix_tokens``),
+    so the policy works over any strategy; ties go to the earlier arrival. Requests that share an uncached prefix
+    with an earlier waiting one are ranked last (see :class:`LpmOptions`), and with ``in_batch_prefix_tokens`` 0
+    the engine's in-batch prefix wait is off too. Above ``max_waiting_for_lpm`` waiting requests the order is the
+    queue's (preempted first, then arrival), as with fcfs. The preemption victim is the most recently admitted
+    running request.
     """
 
-    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy, options: LpmOptions | None = None) -> None:
-        super().__init__(limits, cache)
+    def __init__(self, limits: SchedulerLimits, options: LpmOptions | None = None) -> None:
+        super().__init__(limits)
         self.options = options or LpmOptions()
+        self.share_prefills_in_batch = self.options.in_batch_prefix_tokens > 0
 
-    def admission_order(self, waiting: list[Sequence]) -> Iterable[Sequence]:
-        """Waiting sequences by (deferred, longest cached prefix, arrival time)."""
+    def admission_order(self, waiting: Seq[Sequence], prefix: PrefixLookup) -> Iterable[Sequence]:
+        """Waiting requests by (deferred, longest cached prefix, arrival time)."""
         if len(waiting) > self.options.max_waiting_for_lpm:
-            return list(waiting)
-        cached = {seq.seq_id: self.cache.match(seq).num_tokens for seq in waiting}
+            return waiting
+        cached = {seq.seq_id: prefix.cached_prefix_tokens(seq) for seq in waiting}
         deferred = self.shares_uncached_prefix(waiting, cached)
         return sorted(waiting, key=lambda s: (s.seq_id in deferred, -cached[s.seq_id], s.arrival_time))
 
-    def waits_for_shared_prefill(self, seq: Sequence, num_cached: int, out: SchedulerOutput) -> bool:
-        """The core's in-batch prefix wait, unless ``in_batch_prefix_tokens`` is 0 (prefix sharing off)."""
-        return self.options.in_batch_prefix_tokens > 0 and super().waits_for_shared_prefill(seq, num_cached, out)
+    def preemption_victim(self, running: Seq[Sequence]) -> Sequence:
+        """The newest running request."""
+        return running[-1]
 
-    def shares_uncached_prefix(self, waiting: list[Sequence], cached: dict[str, int]) -> set[str]:
-        """Ids of waiting sequences whose leading ``in_batch_prefix_tokens`` tokens are not cached and equal
+    def shares_uncached_prefix(self, waiting: Seq[Sequence], cached: dict[str, int]) -> set[str]:
+        """Ids of waiting requests whose leading ``in_batch_prefix_tokens`` tokens are not cached and equal
         those of an earlier arrival (under the same extra keys): computing them together would compute that
         prefix twice, while the later one can reuse it once the earlier one has written it."""
         length = self.options.in_batch_prefix_tokens

@@ -37,14 +37,14 @@ def harness(cache_name: str = "double", sched: str = "lpm", *, num_blocks: int =
             **options: int) -> SchedulerHarness:
     cache = cache_factory_for(cache_name)(num_blocks, 4)
     limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=64, max_model_len=256)
-    return SchedulerHarness(scheduler_plugin_factory(sched, **options)(limits, cache), cache)
+    return SchedulerHarness(scheduler_plugin_factory(sched, **options)(limits), cache, limits)
 
 
 def run_recording_admissions(h: SchedulerHarness) -> list[Sequence]:
     admissions: list[Sequence] = []
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
-        admissions += [s.seq for s in out.scheduled if s.seq.num_computed_tokens == s.seq.num_cached_tokens]
+        admissions += [seq for seq, _ in h.scheduled(out) if seq.num_computed_tokens == seq.num_cached_tokens]
         h.finish_step(out, h.model.execute(out))
     return admissions
 
@@ -57,7 +57,7 @@ def test_options_are_validated():
         LpmOptions(max_waiting=4)
     limits = SchedulerLimits(max_num_seqs=1, max_num_batched_tokens=8, max_model_len=16)
     with pytest.raises(TypeError, match="LpmOptions"):
-        frame_scheduler_create(limits, PagedAllocatorDouble(4, 4), SchedulerLimits.model_validate(limits))
+        frame_scheduler_create(limits, SchedulerLimits.model_validate(limits))
 
 
 def test_an_uncached_shared_prefix_defers_the_later_arrival():
@@ -82,13 +82,14 @@ def test_a_long_queue_falls_back_to_queue_order_without_lookups():
             return super().match(seq)
 
     limits = SchedulerLimits(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=256)
-    sched = scheduler_plugin_factory("lpm", max_waiting_for_lpm=2)(limits, CountingDouble(64, 4))
-    h = SchedulerHarness(sched, sched.cache)
+    policy = scheduler_plugin_factory("lpm", max_waiting_for_lpm=2)(limits)
+    h = SchedulerHarness(policy, CountingDouble(64, 4), limits)
+    sched = h.scheduler
     seqs = [h.add(make_prompt(i, 40), max_tokens=1) for i in range(3)]
-    assert list(sched.admission_order(sched.waiting)) == seqs and CountingDouble.lookups == 0
+    assert list(policy.admission_order(sched.waiting, sched)) == seqs and CountingDouble.lookups == 0
     h.step()
     CountingDouble.lookups = 0  # admitting seqs[0] looked it up once
-    assert list(sched.admission_order(sched.waiting)) == seqs[1:] and CountingDouble.lookups == 2
+    assert list(policy.admission_order(sched.waiting, sched)) == seqs[1:] and CountingDouble.lookups == 2
 
 
 @pytest.mark.parametrize("cache_name", REUSING_CACHES)

@@ -1,5 +1,5 @@
 """frame's priority scheduler plugin (``--sched priority``)."""
 
-from frame_scheduler_priority.scheduler import PriorityScheduler
+from frame_scheduler_priority.scheduler import PriorityPolicy
 
-__all__ = ["PriorityScheduler"]
+__all__ = ["PriorityPolicy"]

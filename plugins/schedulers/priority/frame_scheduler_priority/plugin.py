@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from frame.hookspecs import hookimpl
-from frame.interfaces.cache import KVCacheStrategy
-from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from pydantic import BaseModel
 
-from frame_scheduler_priority.scheduler import PriorityScheduler
+from frame_scheduler_priority.scheduler import PriorityPolicy
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = 2
 
 
 @hookimpl
-def frame_scheduler_create(limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None) -> Scheduler:
-    """A priority scheduler driving ``cache`` (it takes no options)."""
-    return PriorityScheduler(limits, cache)
+def frame_scheduler_create(limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
+    """The priority policy (it takes no options)."""
+    return PriorityPolicy(limits)

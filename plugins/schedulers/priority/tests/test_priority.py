@@ -31,14 +31,14 @@ class TestPriorityConformance(SchedulerConformance):
 def harness(num_blocks: int = 64, max_num_seqs: int = 4, budget: int = 64) -> SchedulerHarness:
     cache = PagedAllocatorDouble(num_blocks, 4)
     limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256)
-    return SchedulerHarness(scheduler_plugin_factory("priority")(limits, cache), cache)
+    return SchedulerHarness(scheduler_plugin_factory("priority")(limits), cache, limits)
 
 
 def run_recording_admissions(h: SchedulerHarness) -> list[Sequence]:
     admissions: list[Sequence] = []
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
-        admissions += [s.seq for s in out.scheduled if s.seq.num_computed_tokens == 0]
+        admissions += [seq for seq, _ in h.scheduled(out) if seq.num_computed_tokens == 0]
         h.finish_step(out, h.model.execute(out))
     return admissions
 
@@ -69,7 +69,7 @@ def test_the_least_important_running_sequence_is_the_victim():
     victims: list[Sequence] = []
     while h.scheduler.has_unfinished():
         out = h.scheduler.schedule()
-        victims += out.preempted
+        victims += h.preempted(out)
         h.finish_step(out, h.model.execute(out))
     assert victims[:2] == [seqs[2], seqs[0]]
     assert seqs[1] not in victims
@@ -89,8 +89,8 @@ def test_a_victim_already_in_the_step_is_taken_out_and_its_budget_reused():
     out = h.scheduler.schedule()
     # a got its decode token first, then b ran dry and a (least important) was preempted: a leaves the step, and
     # the token it held goes to c's prefill chunk (5 tokens instead of 4).
-    assert out.preempted == [a] and a.status is SequenceStatus.PREEMPTED and a.num_computed_tokens == 0
-    assert [(s.seq, s.num_new_tokens) for s in out.scheduled] == [(b, 1), (c, 5)]
+    assert h.preempted(out) == [a] and a.status is SequenceStatus.PREEMPTED and a.num_computed_tokens == 0
+    assert h.scheduled(out) == [(b, 1), (c, 5)]
     assert out.num_batched_tokens == 6
     h.finish_step(out, h.model.execute(out))
     h.run()

@@ -1,11 +1,12 @@
-"""Layers model families build from, whose kernels a platform may take over once the weights are loaded.
+"""The single-rank layers, whose kernels a platform may take over once the weights are loaded.
 
-Model families use :class:`Linear` for every weight matmul (QKV, output, MLP, logits), :class:`SwiGLUProjection`
-for a SwiGLU MLP's gate-up matmul and activation (or :class:`Linear` then :class:`SiluAndMul`), :class:`RMSNorm` for
-their norms and :class:`RotateHalves` for rotary embeddings. After loading, :func:`attach_platform_kernels` asks the
-platform for a faster kernel per layer (:meth:`Platform.layer_kernel`): a CPU's packed bfloat16 matmul, with the
-activation in its epilogue for the SwiGLU projection, a fused residual-add norm and rotary. Without one, the plain
-torch code below runs; it is also the reference.
+:class:`Linear` is a replicated matmul (the same weight on every tensor-parallel rank), :class:`SiluAndMul` SwiGLU's
+activation, :class:`RMSNorm` a norm and :class:`RotateHalves` rotary embedding. After loading,
+:func:`attach_platform_kernels` asks the platform for a faster kernel per :class:`KernelLayer`
+(:meth:`Platform.layer_kernel`): a CPU's packed bfloat16 matmul, a fused residual-add norm, rotary. Without one,
+the plain torch code below runs; it is also the reference. Every layer with weights loads a checkpoint tensor
+through ``load(kind, tensor, part)``, so that the sharded layers of :mod:`frame.layers.parallel` can keep only
+their rank's slice.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ LayerKernel = Callable[..., Any]
 def empty_parameter(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
     """An uninitialised, frozen parameter: loading overwrites it."""
     return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)
+
+
+def copy_checked(param: torch.Tensor | None, tensor: torch.Tensor, what: str) -> None:
+    """``param.copy_(tensor)`` after checking the shapes agree (ValueError naming both otherwise)."""
+    if param is None:
+        raise ValueError(f"the checkpoint has a {what} that this layer does not have")
+    if tuple(param.shape) != tuple(tensor.shape):
+        raise ValueError(f"a checkpoint {what} of shape {tuple(tensor.shape)} does not fit {tuple(param.shape)}")
+    param.data.copy_(tensor)
 
 
 class KernelLayer(nn.Module):
@@ -52,6 +62,14 @@ class Linear(KernelLayer):
                 return out
         return F.linear(x, self.weight, self.bias)
 
+    def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
+        """Copy a checkpoint tensor into ``weight`` or ``bias`` (``kind``); ValueError for a wrong shape."""
+        copy_checked(getattr(self, kind), tensor, f"{kind}")
+
+    def load_parts(self) -> list[str | None]:
+        """The ``part`` names a checkpoint fills (None: the whole parameter in one tensor)."""
+        return [None]
+
 
 class SiluAndMul(KernelLayer):
     """SwiGLU's activation: ``silu(gate) * up`` for ``x = [gate | up]`` ``[tokens, 2 * intermediate]``."""
@@ -67,27 +85,6 @@ class SiluAndMul(KernelLayer):
     def reference(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
-
-
-class SwiGLUProjection(KernelLayer):
-    """SwiGLU's input side in one layer: ``silu(gate) * up`` for ``[gate | up] = x W^T + b``, ``weight``
-    ``[2 * intermediate, in]`` with the gate rows first.
-
-    One layer rather than a :class:`Linear` and a :class:`SiluAndMul`, so that a platform can apply the activation
-    in the matmul's epilogue and never write the ``2 * intermediate``-wide product to memory.
-    """
-
-    def __init__(self, n_in: int, intermediate: int, bias: bool, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.weight = empty_parameter(2 * intermediate, n_in, device=device, dtype=dtype)
-        self.bias = empty_parameter(2 * intermediate, device=device, dtype=dtype) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel is not None:
-            out = self.kernel(x)
-            if out is not None:
-                return out
-        return SiluAndMul.reference(F.linear(x, self.weight, self.bias))
 
 
 class RotateHalves(KernelLayer):
@@ -123,6 +120,12 @@ class RMSNorm(KernelLayer):
             if fused is not None:
                 return fused
         return self.reference(x, residual)
+
+    def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
+        copy_checked(self.weight, tensor, "weight")
+
+    def load_parts(self) -> list[str | None]:
+        return [None]
 
     def reference(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch computation: the sum in the model's dtype, the norm in float32 as transformers computes it,

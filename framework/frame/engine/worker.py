@@ -1,0 +1,105 @@
+"""Worker: one model worker, i.e. one tensor-parallel rank: its platform, attention backend, model, KV pool, runner.
+
+Every worker resolves the same plugin choices from the same EngineConfig, builds the model family's network for
+its own shard of the heads and rows (the :class:`~frame.parallel.ParallelContext` set before the model is built
+tells the parallel layers which), loads the weights (each layer keeps only its shard), and reports how many KV
+blocks it could hold; the executor then allocates the same number on every rank. Each step it runs the plan it
+receives; every rank samples the same tokens from the same gathered logits, and the driver (rank 0) reports them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from frame.config import EngineConfig
+from frame.engine.plan import RunnerOutput, SchedulerOutput
+from frame.engine.runner import ModelRunner
+from frame.engine.selection import Selection, select, select_model_family
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.model import CausalLM
+from frame.layers import attach_platform_kernels
+from frame.model_source import ModelSource
+from frame.parallel import HeadPartition, ParallelContext, parallel_context, set_parallel_context
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.registry import PluginRegistry
+from frame.weights import open_weights
+
+log = logging.getLogger("frame.worker")
+
+
+def head_counts(hf_config: object) -> tuple[int, int, int]:
+    """``(query heads, KV heads, head size)`` of a transformers config."""
+    num_heads = hf_config.num_attention_heads  # type: ignore[attr-defined]
+    num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads  # type: ignore[attr-defined]
+    return num_heads, num_kv_heads, head_dim
+
+
+class Worker:
+    """Builds and runs the model of one rank. ``max_model_len`` is the engine's (already capped) context length."""
+
+    def __init__(self, config: EngineConfig, max_model_len: int, *, parallel: ParallelContext | None = None,
+                 registry: PluginRegistry | None = None, source: ModelSource | None = None,
+                 selection: Selection | None = None) -> None:
+        """``selection`` (the engine core's, when the worker shares its process) saves resolving it again."""
+        self.config = config
+        self.parallel = parallel or ParallelContext()
+        self.hooks = PluginHooks(registry or PluginRegistry())
+        self.selection: Selection = selection or select(config, self.hooks)
+        self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+        self.family = select_model_family(self.hooks, self.source.architecture)
+        self.max_model_len = max_model_len
+        self.selection.platform.set_up()
+        model, attention = self.load_model()
+        sel = self.selection
+        self.runner = ModelRunner(model, attention, sel.platform.device, sel.dtype, config.block_size,
+                                  config.max_num_seqs, max_model_len, config.seed)
+
+    @property
+    def rank(self) -> int:
+        return self.parallel.rank
+
+    def load_model(self) -> tuple[CausalLM, AttentionBackend]:
+        """Build this rank's shard of the model, load its weights and attach the platform's kernels."""
+        sel, hf = self.selection, self.source.hf_config
+        num_heads, num_kv_heads, head_dim = head_counts(hf)
+        heads = HeadPartition.of(num_heads, num_kv_heads, self.parallel.world_size, self.parallel.rank)
+        attention = self.hooks.create_attention(
+            sel.attn, num_heads=heads.q_count, num_kv_heads=heads.kv_count, head_dim=head_dim,
+            scale=head_dim**-0.5, dtype=sel.dtype, platform=sel.platform, options=sel.options["attention"],
+        )
+        previous = parallel_context()
+        set_parallel_context(self.parallel)
+        try:
+            model = self.hooks.create_model(self.family, hf, sel.dtype, sel.platform.device, attention)
+            model.load_weights(open_weights(self.source.path))
+        finally:
+            # The layers keep the context they were built with; the process-wide one goes back for the next
+            # worker built in this process (tests build several).
+            set_parallel_context(previous)
+        model.eval()
+        attach_platform_kernels(model, sel.platform)
+        return model, attention
+
+    def available_kv_blocks(self) -> int:
+        """KV blocks the platform's memory budget leaves for this rank's pool after the weights."""
+        model = self.runner.model
+        model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        budget = self.selection.platform.kv_cache_budget_bytes(self.config.kv_cache_fraction, model_bytes)
+        return int(budget // self.runner.bytes_per_block)
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        self.runner.allocate_kv(num_blocks)
+
+    def execute(self, plan: SchedulerOutput) -> RunnerOutput:
+        output = self.runner.execute(plan)
+        communicator = self.parallel.communicator
+        if communicator is not None:
+            return RunnerOutput(samples=output.samples, comm_seconds=communicator.take_seconds())
+        return output
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.selection.dtype

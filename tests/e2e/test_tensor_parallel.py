@@ -1,0 +1,94 @@
+"""Tensor parallelism on this CPU: two worker processes over gloo give the greedy tokens of one process.
+
+Float32 on the bundled SmolLM2 (9 query / 3 KV heads: ranks of 6 + 3 query heads over 2 + 1 KV heads) and on tiny
+random Llama, Mistral and Qwen2 checkpoints made at test time, one with a single KV head that both ranks replicate.
+Sums over the ranks add partial products in another order than one process does, so float32 may differ in its
+last bits; greedy tokens must not. bfloat16 (where the CPU has it) passes the near-tie check of
+test_correctness.py instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from frame import LLM, SamplingParams
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512, vocab_size=49152, initializer_range=0.2,
+              bos_token_id=1, eos_token_id=2)
+CONFIGS = {
+    "llama": lambda: LlamaConfig(**COMMON, tie_word_embeddings=True),
+    "mistral": lambda: MistralConfig(**COMMON, tie_word_embeddings=False, sliding_window=None),
+    "qwen2": lambda: Qwen2Config(**COMMON, tie_word_embeddings=False),
+    # One KV head for two ranks: each rank keeps a copy of it and two of the four query heads.
+    "llama-replicated-kv": lambda: LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=False,
+                                               attention_bias=True),
+}
+
+
+def generate(prompts: list[list[int]], params: SamplingParams = GREEDY, **engine_args) -> list[list[int]]:
+    llm = LLM(max_model_len=512, **engine_args)
+    try:
+        return [r.outputs[0].token_ids for r in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+    finally:
+        llm.engine.shutdown()
+
+
+def test_smollm2_two_ranks_equal_one(chat_prompts) -> None:
+    prompts = chat_prompts[:4]
+    one = generate(prompts, dtype="float32")
+    two = generate(prompts, dtype="float32", tensor_parallel_size=2)
+    assert two == one
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def tiny_checkpoint(request, tmp_path_factory, smol_source) -> Path:
+    folder = tmp_path_factory.mktemp(request.param)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(CONFIGS[request.param]()).save_pretrained(folder, safe_serialization=True)
+    smol_source.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_tiny_models_two_ranks_equal_one(tiny_checkpoint: Path, chat_prompts) -> None:
+    prompts = chat_prompts[:3]
+    one = generate(prompts, model=str(tiny_checkpoint), dtype="float32")
+    two = generate(prompts, model=str(tiny_checkpoint), dtype="float32", tensor_parallel_size=2)
+    assert two == one
+
+
+def test_head_counts_that_cannot_be_split_are_refused_in_one_sentence(tmp_path: Path, smol_source) -> None:
+    from frame.errors import FrameUsageError
+
+    LlamaConfig(**{**COMMON, "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2}).save_pretrained(
+        tmp_path)
+    smol_source.tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(FrameUsageError, match="tensor_parallel_size 4 cannot split 6 query heads over 2 KV heads; "):
+        LLM(model=str(tmp_path), dtype="float32", tensor_parallel_size=4, max_model_len=64)
+
+
+@pytest.mark.needs_bfloat16
+def test_bfloat16_two_ranks_agree_with_one_up_to_a_near_tie(chat_prompts) -> None:
+    """bfloat16 sums round differently over two ranks, so greedy paths may part where two tokens nearly tie: up to
+    the first difference the tokens are equal; there, each side's token is in the other's top 5 and the two are
+    within ``NEAR_TIE`` nats in the one-rank distribution (the check of test_correctness.py)."""
+    near_tie = 0.25
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=5)
+    outputs = {}
+    for ranks in (1, 2):
+        llm = LLM(max_model_len=512, dtype="bfloat16", tensor_parallel_size=ranks)
+        outputs[ranks] = [r.outputs[0] for r in llm.generate([{"prompt_token_ids": p} for p in chat_prompts],
+                                                              params)]
+        llm.engine.shutdown()
+    for one, two in zip(outputs[1], outputs[2], strict=True):
+        for i, (a, b) in enumerate(zip(one.token_ids, two.token_ids, strict=True)):
+            if a == b:
+                continue
+            top_one, top_two = one.logprobs[i], two.logprobs[i]
+            assert b in top_one and a in top_two, f"position {i}: {a} vs {b} outside each other's top 5"
+            assert top_one[a].logprob - top_one[b].logprob <= near_tie
+            break
