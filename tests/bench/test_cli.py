@@ -33,6 +33,21 @@ def test_throughput_runs_frame_and_transformers_side_by_side(tmp_path: Path) -> 
     assert result["greedy_match"] == 1.0  # float32 greedy: the same tokens as the reference
 
 
+def test_throughput_on_two_tensor_parallel_ranks_reports_communication_per_step(tmp_path: Path) -> None:
+    out = tmp_path / "tp.json"
+    proc = subprocess.run(
+        [*FRAME, "bench", "throughput", "--tensor-parallel-size", "2", "--workload-opt", "num_requests=2",
+         "--workload-opt", "prompt_len=[20,30]", "--workload-opt", "max_tokens=3", "--dtype", "float32",
+         "--max-model-len", "128", "--num-kv-blocks", "32", "--no-baseline", "--json", str(out)],
+        capture_output=True, text=True, timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "frame on 2 tensor-parallel ranks" in proc.stdout
+    assert "tensor parallelism: 2 ranks; communication " in proc.stdout and " ms per step (" in proc.stdout
+    summary = json.loads(out.read_text())["systems"]["frame"]["summary"]
+    assert summary["output_tokens"] == 6 and summary["comm_ms_per_step"] > 0
+
+
 def test_a_bad_workload_option_is_one_line_without_a_traceback() -> None:
     proc = subprocess.run([*FRAME, "bench", "latency", "--workload-opt", "prompt_length=3", "--no-baseline"],
                           capture_output=True, text=True, timeout=120)

@@ -101,8 +101,10 @@ def compare(workload: str, params: dict[str, Any], config: EngineConfig, *, seed
 def render(comparison: Comparison, console: Console) -> None:
     """Print the side-by-side table, with frame/transformers ratios when both ran."""
     systems = comparison.systems
+    ranks = systems["frame"].get("tensor_parallel_size", 1)
     table = Table(title=f"{comparison.workload}: {comparison.requests} requests, "
-                        f"dtype {systems['frame']['dtype']}")
+                        f"dtype {systems['frame']['dtype']}" + (f", frame on {ranks} tensor-parallel ranks"
+                                                               if ranks > 1 else ""))
     table.add_column("system", no_wrap=True)
     for _key, title, _fmt, _ in COLUMNS:
         table.add_column(title, justify="right")
@@ -111,6 +113,10 @@ def render(comparison: Comparison, console: Console) -> None:
     if "transformers" in systems:
         table.add_row("[bold]ratio frame/hf", *(f"{comparison.ratio(key):.2f}x" for key, *_ in COLUMNS))
     console.print(table)
+    frame = systems["frame"]["summary"]
+    if ranks > 1:
+        console.print(f"tensor parallelism: {ranks} ranks; communication {frame['comm_ms_per_step']:.2f} ms per step "
+                      f"({frame['comm_share']:.0%} of frame's wall time, driver rank)")
     if "transformers" in systems:
         console.print(f"greedy outputs identical for {comparison.greedy_match():.0%} of requests")
     else:

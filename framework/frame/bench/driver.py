@@ -16,7 +16,7 @@ from frame.workloads.base import WorkloadRequest, greedy
 
 #: EngineStats counters that only grow; a run reports their increase over the run.
 COUNTERS = ("prefix_queries", "prefix_query_tokens", "prefix_hit_tokens", "evictions", "preemptions",
-            "prompt_tokens_computed", "generation_tokens", "steps")
+            "prompt_tokens_computed", "generation_tokens", "steps", "comm_seconds")
 
 
 @dataclass
@@ -32,6 +32,10 @@ class DriveResult:
         out = summarize(self.timings, self.elapsed)
         out.update({k: self.stats[k] for k in ("prompt_tokens_computed", "peak_blocks_in_use", "num_blocks",
                                                "evictions", "preemptions", "steps")})
+        steps = self.stats["steps"]
+        # Tensor parallelism: the driver rank's time in collectives, per step and as a share of the wall time.
+        out["comm_ms_per_step"] = 1000 * self.stats["comm_seconds"] / steps if steps else 0.0
+        out["comm_share"] = self.stats["comm_seconds"] / self.elapsed if self.elapsed else 0.0
         return out
 
 

@@ -61,6 +61,7 @@ def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[l
             result = drive(engine, requests, advance)
         runs.append({**result.summary(), "load_s": load})
         outputs = [t.output_token_ids for t in result.timings]
+    engine.shutdown()
     return runs, outputs, str(engine.selection.dtype).removeprefix("torch.")
 
 
@@ -93,7 +94,8 @@ def main(argv: list[str]) -> int:
     runs, outputs, dtype = runner(spec, requests)
     median = sorted(runs, key=lambda r: r["output_tok_s"])[len(runs) // 2]
     result = {"system": spec["system"], "dtype": dtype, "summary": median, "runs": runs, "outputs": outputs,
-              "peak_rss_mib": peak_rss_mib()}
+              "peak_rss_mib": peak_rss_mib(),
+              "tensor_parallel_size": spec["engine"].get("tensor_parallel_size", 1) if spec["system"] == "frame" else 1}
     result_path.write_bytes(msgspec.json.encode(result))
     return 0
 
