@@ -14,8 +14,9 @@ sequence's own token (so a wrong reuse, a bad copy or a write into a shared bloc
         def make_cache(self):
             return lambda num_blocks, block_size: MyCache(num_blocks, block_size)
 
-A strategy that never reuses KV sets ``reuses_prefix = False``. ``check_internals`` may be overridden to check
-private state (reference counts against the live tables) after every call.
+What a strategy must reuse is read from its own ``reuses_prefixes`` class attribute (False: it never matches);
+its eviction order is its own. ``check_internals`` may be overridden to check private state (reference counts
+against the live tables) after every call.
 """
 
 from frame.testing.cache.driver import CacheDriver, CacheFactory, check_reset, prompt, random_workload

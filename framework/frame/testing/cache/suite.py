@@ -14,11 +14,12 @@ from frame.testing.cache.driver import CacheDriver, CacheFactory, check_reset, p
 class CacheConformance:
     """The contract of :class:`~frame.interfaces.cache.KVCacheStrategy`, run against the ``make_cache`` fixture.
 
-    Every test runs for block sizes 1, 4 and 16 (override the ``block_size`` fixture to change that).
+    Every test runs for block sizes 1, 4 and 16 (override the ``block_size`` fixture to change that). What the
+    strategy reuses is read from its own ``reuses_prefixes``: a strategy that says it reuses prefixes must reuse
+    every whole cached block it still holds; one that says it does not must never match anything. Eviction order
+    is the strategy's own (LRU, LFU, ...); the suite only checks that eviction is correct and makes room.
     """
 
-    #: False for a strategy that never reuses KV (its matches must then always be empty).
-    reuses_prefix: bool = True
     #: The plugin's module and name; when set, the suite also registers it and creates it through its hooks.
     plugin_module: ModuleType | None = None
     plugin_name: str = ""
@@ -161,7 +162,7 @@ class CacheConformance:
         d.finish(first)
         second = d.sequence(tokens)
         matched = d.cache.match(second).num_tokens
-        if not self.reuses_prefix:
+        if not d.cache.reuses_prefixes:
             assert matched == 0
         else:
             assert (len(tokens) - 1) // block_size * block_size <= matched <= len(tokens) - 1
@@ -180,8 +181,8 @@ class CacheConformance:
         second = d.sequence(tokens)
         allocation = d.admit(second)
         assert allocation is not None
-        least = (len(tokens) - 1) // block_size * block_size if self.reuses_prefix else 0
-        assert least <= allocation.num_cached_tokens <= (len(tokens) - 1 if self.reuses_prefix else 0)
+        least = (len(tokens) - 1) // block_size * block_size if d.cache.reuses_prefixes else 0
+        assert least <= allocation.num_cached_tokens <= (len(tokens) - 1 if d.cache.reuses_prefixes else 0)
         d.finish(first)
         d.finish(second)
         assert d.cache.num_free_blocks == 16
@@ -197,7 +198,7 @@ class CacheConformance:
             assert allocation is not None and allocation.num_cached_tokens == 0 and not allocation.copies
             d.finish(seq)
         same = d.cache.match(d.sequence(tokens, "alice")).num_tokens
-        assert (same >= 2 * block_size) if self.reuses_prefix else same == 0
+        assert (same >= 2 * block_size) if d.cache.reuses_prefixes else same == 0
 
     def test_match_never_covers_every_token(self, make_cache: CacheFactory, block_size: int) -> None:
         d = self.driver(make_cache, block_size, num_blocks=24)
@@ -208,7 +209,7 @@ class CacheConformance:
             tokens = ([*done.token_ids, 99999, 99998])[:k]
             matched = d.cache.match(d.sequence(tokens)).num_tokens
             assert 0 <= matched <= k - 1
-            if self.reuses_prefix and k <= computed:
+            if d.cache.reuses_prefixes and k <= computed:
                 assert matched >= (k - 1) // block_size * block_size
 
     # -- eviction ------------------------------------------------------------------------------------------
@@ -241,7 +242,8 @@ class CacheConformance:
         d.preempt(seq)
         allocation = d.admit(seq)
         assert allocation is not None
-        assert allocation.num_cached_tokens >= (computed // block_size * block_size if self.reuses_prefix else 0)
+        least = computed // block_size * block_size if d.cache.reuses_prefixes else 0
+        assert allocation.num_cached_tokens >= least
         d.finish(seq)
         assert d.cache.num_free_blocks == 16
 

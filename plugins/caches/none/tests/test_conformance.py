@@ -11,7 +11,6 @@ from frame_cache_none.strategy import NoCache
 
 
 class TestNoCacheConformance(CacheConformance):
-    reuses_prefix = False
     plugin_module = plugin
     plugin_name = "none"
 
