@@ -3,8 +3,9 @@
 #
 #   scripts/gpu_check.sh            # platform from torch (cuda or rocm); PYTHON=... to pick an interpreter
 #
-# 1. kernel tests, compiled (no interpreter): the triton plugin's whole suite and every `-m gpu` test;
-#    on ROCm also the rocm_aiter plugin against the real AITER;
+# 1. kernel tests, compiled (no interpreter): the triton plugin's whole suite and every `-m gpu` test (among
+#    them the platform's CUDA-graph replay against eager decoding); on ROCm also the rocm_aiter plugin against
+#    the real AITER;
 # 2. end to end: greedy generation on the bundled model with --attn triton and --attn sdpa, same device,
 #    through the `frame generate` CLI and through the Python API (token ids compared);
 # 3. a micro-benchmark of triton against sdpa attention, printed as a table.

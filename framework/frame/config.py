@@ -49,6 +49,9 @@ class EngineConfig(BaseModel):
     ray_address: str | None = Field(
         None, description="Ray cluster to join with distributed_backend ray ('auto': the running one); default: a "
         "local Ray started on demand")
+    cuda_graphs: bool = Field(
+        True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda) and "
+        "the attention backend allows it; off: every step runs eagerly")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 

@@ -3,33 +3,52 @@
 It allocates the KV pool in the core's layout (per layer, K and V ``[num_blocks, block_size, num_kv_heads,
 head_dim]``, all in one tensor), keeps a :class:`~frame.engine.batch.PersistentBatch` that it updates from each
 plan's diff, performs the block copies the plan orders, gathers the step's inputs (ids, positions, slot mapping,
-block tables) with vectorised operations over that batch, and answers with a
-:class:`~frame.engine.plan.RunnerOutput`. It never sees a scheduler, a cache strategy or a ``Sequence``.
+block tables) with vectorised operations over that batch, runs the model (or replays a recorded decode graph,
+:mod:`frame.engine.graphs`), samples, and answers with a :class:`~frame.engine.plan.RunnerOutput`. It never sees a
+scheduler, a cache strategy or a ``Sequence``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from frame.engine.batch import PersistentBatch
+from frame.engine.graphs import Capture, DecodeGraphs
 from frame.engine.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.sampler import Sampler
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 from frame.interfaces.model import CausalLM
 
 
+@dataclass
+class HostInputs:
+    """One step's flat batch on the host (numpy), gathered from the persistent batch."""
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    slots: np.ndarray
+    query_lens: np.ndarray
+    seq_lens: np.ndarray
+    block_tables: np.ndarray
+    samples: np.ndarray  # per scheduled request: does this step reach its last token?
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return bool((self.query_lens == 1).all() and self.samples.all())
+
+
 class StepInputs:
     """One step's flat batch: the model's inputs, the common attention metadata, and who samples."""
 
     def __init__(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                 logits_rows: torch.Tensor, sampling_rows: np.ndarray, sampling_ids: list[str]) -> None:
+                 logits_rows: torch.Tensor) -> None:
         self.input_ids = input_ids
         self.positions = positions
         self.meta = meta
         self.logits_rows = logits_rows
-        self.sampling_rows = sampling_rows
-        self.sampling_ids = sampling_ids
 
 
 class ModelRunner:
@@ -46,17 +65,22 @@ class ModelRunner:
         self.sampler = Sampler(seed)
         self.kv: torch.Tensor | None = None
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.num_scratch_blocks = 0
+        self.graphs: DecodeGraphs | None = None
 
     @property
     def bytes_per_block(self) -> int:
         return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.dtype)
 
-    def allocate_kv(self, num_blocks: int) -> None:
-        """Allocate the pool: one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]``."""
+    def allocate_kv(self, num_blocks: int, scratch_block: bool = False) -> None:
+        """Allocate the pool: one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]``, plus one
+        block past the end that no request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
         spec = self.model.kv_cache_spec
+        self.num_scratch_blocks = int(scratch_block)
         # empty, not zeros: every slot is written before it is read, and zeroing gigabytes costs seconds.
         self.kv = torch.empty(
-            (spec.num_layers, 2, num_blocks, self.block_size, spec.num_kv_heads, spec.head_dim),
+            (spec.num_layers, 2, num_blocks + self.num_scratch_blocks, self.block_size, spec.num_kv_heads,
+             spec.head_dim),
             dtype=self.dtype, device=self.device,
         )
         self.kv_caches = [(self.kv[i, 0], self.kv[i, 1]) for i in range(spec.num_layers)]
@@ -87,41 +111,66 @@ class ModelRunner:
     def _generator(seed: int | None) -> torch.Generator | None:
         return None if seed is None else torch.Generator().manual_seed(seed)
 
-    def prepare(self, rows: np.ndarray, counts: np.ndarray) -> StepInputs:
-        """Gather the flat batch of the scheduled ``rows`` (``counts`` new tokens each), in that order."""
+    def gather(self, rows: np.ndarray, counts: np.ndarray) -> HostInputs:
+        """The flat batch of the scheduled ``rows`` (``counts`` new tokens each, in that order), on the host."""
         batch, bs = self.batch, self.block_size
         ends = np.cumsum(counts)
         starts = ends - counts
-        total = int(ends[-1])
         context = batch.num_computed[rows].astype(np.int64)
         owner = np.repeat(np.arange(len(rows)), counts)  # batch position of each token
-        positions = context[owner] + (np.arange(total) - starts[owner])
+        positions = context[owner] + (np.arange(int(ends[-1])) - starts[owner])
         token_rows = rows[owner]
-        input_ids = batch.token_ids[token_rows, positions]
-        slots = batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs
         seq_lens = context + counts
         width = int(batch.num_blocks[rows].max())
-        samples = seq_lens == batch.num_tokens[rows]
+        return HostInputs(
+            input_ids=batch.token_ids[token_rows, positions],
+            positions=positions,
+            slots=batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs,
+            query_lens=counts,
+            seq_lens=seq_lens,
+            block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
+            samples=seq_lens == batch.num_tokens[rows],
+        )
+
+    def to_device(self, host: HostInputs) -> StepInputs:
+        """The model's inputs and the common attention metadata on the model's device."""
         dev = self.device
+        ends = np.cumsum(host.query_lens)
         meta = AttentionMetadata(
             query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(dev),
-            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(dev),
-            block_tables=torch.from_numpy(np.ascontiguousarray(batch.block_table[rows, :width])).to(dev),
-            slot_mapping=torch.from_numpy(slots).to(dev),
-            query_lens=counts.tolist(),
-            seq_lens_host=seq_lens.tolist(),
-            block_size=bs,
+            seq_lens=torch.from_numpy(host.seq_lens.astype(np.int32)).to(dev),
+            block_tables=torch.from_numpy(host.block_tables).to(dev),
+            slot_mapping=torch.from_numpy(host.slots).to(dev),
+            query_lens=host.query_lens.tolist(),
+            seq_lens_host=host.seq_lens.tolist(),
+            block_size=self.block_size,
         )
-        sampling_rows = rows[samples]
-        states = batch.state_of_row
         return StepInputs(
-            input_ids=torch.from_numpy(input_ids.astype(np.int64)).to(dev),
-            positions=torch.from_numpy(positions).to(dev),
+            input_ids=torch.from_numpy(host.input_ids.astype(np.int64)).to(dev),
+            positions=torch.from_numpy(host.positions).to(dev),
             meta=meta,
-            logits_rows=torch.from_numpy(ends[samples] - 1).to(dev),
-            sampling_rows=sampling_rows,
-            sampling_ids=[states[r].req_id for r in sampling_rows.tolist()],  # type: ignore[union-attr]
+            logits_rows=torch.from_numpy(ends[host.samples] - 1).to(dev),
         )
+
+    def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
+        """Record the decode step per batch-size bucket (the pool must have a scratch block past its end)."""
+        assert self.kv is not None and self.num_scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
+        self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
+                                   max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
+                                   block_size=self.block_size, scratch_block=self.kv.shape[2] - 1, capture=capture)
+        if not self.graphs.enabled:
+            self.graphs = None
+        return self.graphs is not None
+
+    def forward(self, host: HostInputs) -> torch.Tensor | None:
+        """Logits ``[sampling requests, vocab]`` of one step (None when no request samples): a recorded graph for
+        a decode step that fits one, the model run eagerly otherwise."""
+        if self.graphs is not None and host.is_pure_decode and self.graphs.bucket(len(host.query_lens)):
+            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables)
+        inputs = self.to_device(host)
+        meta = self.attention.build_metadata(inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, meta)
+        return self.model.compute_logits(hidden[inputs.logits_rows]) if host.samples.any() else None
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
@@ -131,17 +180,17 @@ class ModelRunner:
             self.copy_blocks(plan.block_copies)
         if not len(rows):
             return RunnerOutput()
-        inputs = self.prepare(rows, counts)
-        meta = self.attention.build_metadata(inputs.meta)
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, meta)
-        if not len(inputs.sampling_rows):
+        host = self.gather(rows, counts)
+        logits = self.forward(host)
+        if logits is None:
             return RunnerOutput()
-        logits = self.model.compute_logits(hidden[inputs.logits_rows])
-        sampled = self.sampler(logits, self.batch, inputs.sampling_rows)
-        self.batch.append_tokens(inputs.sampling_rows, sampled.token_ids)
-        tokens = sampled.token_ids.tolist()
+        sampling_rows = rows[host.samples]
+        sampled = self.sampler(logits, self.batch, sampling_rows)
+        self.batch.append_tokens(sampling_rows, sampled.token_ids)
+        states = self.batch.state_of_row
         samples = [
-            RequestSample(req_id, [token], None if lp is None else [lp])
-            for req_id, token, lp in zip(inputs.sampling_ids, tokens, sampled.logprobs, strict=True)
+            RequestSample(states[row].req_id, [token], None if lp is None else [lp])  # type: ignore[union-attr]
+            for row, token, lp in zip(sampling_rows.tolist(), sampled.token_ids.tolist(), sampled.logprobs,
+                                      strict=True)
         ]
         return RunnerOutput(samples=samples)

@@ -91,7 +91,21 @@ class Worker:
         return int(budget // self.runner.bytes_per_block)
 
     def allocate_kv(self, num_blocks: int) -> None:
-        self.runner.allocate_kv(num_blocks)
+        """Allocate this rank's pool, then record the decode graphs where the platform and the backend allow it
+        (one rank only: recording collectives is left to a later change)."""
+        wants_graphs = (self.config.cuda_graphs and self.runner.attention.supports_graphs
+                        and self.parallel.world_size == 1)
+        self.runner.allocate_kv(num_blocks, scratch_block=wants_graphs)
+        if wants_graphs:
+            self.capture_graphs()
+
+    def capture_graphs(self) -> bool:
+        """Record the decode step per batch-size bucket through the platform (False when it records none)."""
+        with torch.inference_mode():
+            recorded = self.runner.capture_graphs(self.selection.platform.capture_graph, self.config.max_num_seqs)
+        if recorded:
+            log.info("recorded decode graphs for batch sizes %s", self.runner.graphs.sizes)  # type: ignore[union-attr]
+        return recorded
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         output = self.runner.execute(plan)

@@ -83,6 +83,10 @@ class AttentionBackend(ABC):
     #: True when :meth:`forward` takes query/key/value whose tokens are strided (each token's ``[heads, head_dim]``
     #: contiguous), such as column slices of a fused QKV output; models then skip copying them.
     accepts_strided_tokens: bool = False
+    #: True when every kernel launch depends only on the metadata's tensors and the query count, never on its host
+    #: lists (``seq_lens_host``), so a platform may record a decode step once and replay it with new tensor values
+    #: (CUDA graphs). The engine records only over backends that say so.
+    supports_graphs: bool = False
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
         if num_heads % num_kv_heads:

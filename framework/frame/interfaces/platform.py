@@ -58,6 +58,13 @@ class Platform(ABC):
     def set_up(self) -> None:  # noqa: B027 - optional hook
         """Called once before the model loads (thread counts, allocator settings)."""
 
+    def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
+        """Record one decode step: run ``fn`` under capture and return a function that replays it (returning the
+        same output tensor each time), or None when this platform records no graphs (the default). ``fn`` reads
+        fixed buffers the runner refills before each replay. Called once per batch-size bucket, largest first,
+        after the KV pool is allocated. Since API 2."""
+        return None
+
     @property
     def distributed_backend(self) -> str:
         """The torch.distributed backend tensor-parallel ranks talk over here (``gloo``, ``nccl``, ...)."""

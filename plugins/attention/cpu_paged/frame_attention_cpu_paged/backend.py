@@ -17,6 +17,7 @@ class CpuPagedAttention(AttentionBackend):
     """
 
     accepts_strided_tokens = True
+    supports_graphs = True  # one kernel call per layer, everything read from the metadata's tensors
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
         super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)

@@ -29,6 +29,10 @@ class TritonAttentionBackend(AttentionBackend):
     every layer's :meth:`attend` reuses that plan. Block sizes must be multiples of 16.
     """
 
+    #: The grid comes from the tile plan (fixed for a decode bucket); context lengths and block tables are read
+    #: from device tensors in the kernel.
+    supports_graphs = True
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
                  options: TritonOptions | None = None):
         super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)

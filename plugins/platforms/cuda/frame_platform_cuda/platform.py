@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from frame.errors import ConfigError
@@ -45,6 +45,8 @@ class CudaPlatform(Platform):
 
     def __init__(self, options: CudaOptions | None = None) -> None:
         self.options = options or CudaOptions()
+        self._graph_pool: tuple[int, int] | None = None
+        self._graphs: list[torch.cuda.CUDAGraph] = []
         count = torch.cuda.device_count()
         if self.options.device_index >= count:
             raise ConfigError(
@@ -115,3 +117,26 @@ class CudaPlatform(Platform):
 
     def set_up(self) -> None:
         torch.cuda.set_device(self.device)
+
+    def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """Record ``fn`` as a CUDA graph (after warm-up runs on a side stream, as torch requires) sharing one memory
+        pool with this platform's other recordings; the replay returns the graph's static output."""
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # lazy initialisation (cuBLAS handles, Triton autotuning) happens outside capture
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            output = fn()
+        self._graphs.append(graph)  # a graph must outlive every replay of it
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return output
+
+        return replay

@@ -121,3 +121,32 @@ def test_preferred_attention(hooks, fake_gpu, monkeypatch):
     assert platform.preferred_attention(["sdpa", "triton"]) == "sdpa"
     with pytest.raises(ConfigError, match="No attention backend is installed"):
         platform.preferred_attention([])
+
+
+def test_tensor_parallel_ranks_take_consecutive_devices(hooks, fake_gpu):
+    platform = hooks.create_platform("cuda", None)
+    platform.for_rank(1, 2)
+    assert platform.device == torch.device("cuda", 1) and platform.distributed_backend == "nccl"
+    with pytest.raises(ConfigError, match="tensor-parallel rank 2 needs CUDA device 2, but torch sees 2"):
+        hooks.create_platform("cuda", None).for_rank(2, 3)
+
+
+_NO_GPU = not torch.cuda.is_available() or importlib.util.find_spec("triton") is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_NO_GPU, reason="needs a CUDA device and triton")
+def test_cuda_graph_replays_give_the_eager_tokens():
+    from frame import LLM, SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    prompts = [[1, 2, 3, 4, 5], list(range(100, 140)), [7] * 17]
+    outputs = {}
+    for graphs in (False, True):
+        llm = LLM(platform="cuda", attn="triton", dtype="float32", max_model_len=512, max_num_seqs=8,
+                  cuda_graphs=graphs)
+        runner = llm.engine.executor.worker.runner
+        assert (runner.graphs is not None) == graphs
+        outputs[graphs] = [r.outputs[0].token_ids for r in llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                                                          params)]
+    assert outputs[True] == outputs[False]

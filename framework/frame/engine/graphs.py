@@ -1,0 +1,105 @@
+"""DecodeGraphs: the model's decode step captured once per batch-size bucket over fixed buffers, then replayed.
+
+A platform that can record a step (CUDA graphs) answers :meth:`~frame.interfaces.platform.Platform.capture_graph`
+with a replay function; an attention backend whose kernels take every per-step value from device tensors (never
+from host lists) sets ``supports_graphs``. The runner then keeps fixed-capacity device buffers (ids, positions,
+slot mapping, context lengths, block tables at full width) and, for a pure decode step of ``n`` requests, copies
+the step's values into their first ``n`` rows, pads the rest of the bucket with a scratch block that no request
+owns, and replays the bucket's graph. Launch overheads (hundreds of kernels per step) vanish; the sampler still
+runs eagerly on the first ``n`` rows of logits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.model import CausalLM
+
+log = logging.getLogger("frame.graphs")
+
+#: A recorded step: calling it replays the recording and returns its output tensor (the same tensor every time).
+Replay = Callable[[], torch.Tensor]
+#: A platform's recorder: runs ``fn`` once under capture and returns its replay, or None when it cannot.
+Capture = Callable[[Callable[[], torch.Tensor]], Replay | None]
+
+
+def capture_sizes(max_num_seqs: int, largest: int = 256) -> list[int]:
+    """Batch-size buckets: 1, 2, 4, 8, then every 16 up to ``max_num_seqs`` (and at most ``largest``)."""
+    top = min(max_num_seqs, largest)
+    sizes = [s for s in (1, 2, 4, 8) if s <= top] + list(range(16, top + 1, 16))
+    if sizes[-1] != top:
+        sizes.append(top)
+    return sizes
+
+
+class DecodeGraphs:
+    """Fixed buffers and one recorded decode step per bucket; ``scratch_block`` is a block outside the pool."""
+
+    def __init__(self, model: CausalLM, attention: AttentionBackend, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                 device: torch.device, *, max_num_seqs: int, max_model_len: int, block_size: int, scratch_block: int,
+                 capture: Capture) -> None:
+        self.model, self.attention, self.kv_caches, self.device = model, attention, kv_caches, device
+        self.block_size, self.scratch_block, self.max_model_len = block_size, scratch_block, max_model_len
+        self.sizes = capture_sizes(max_num_seqs)
+        rows, width = self.sizes[-1], -(-max_model_len // block_size)
+        self.input_ids = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.slot_mapping = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.seq_lens = torch.ones(rows, dtype=torch.int32, device=device)
+        self.block_tables = torch.full((rows, width), scratch_block, dtype=torch.int32, device=device)
+        self.query_start_loc = torch.arange(rows + 1, dtype=torch.int32, device=device)
+        self._pad(0, rows)
+        self.replays: dict[int, Replay] = {}
+        for size in reversed(self.sizes):  # largest first, as CUDA graph memory pools prefer
+            replay = capture(self._step_fn(size))
+            if replay is None:
+                log.info("the platform records no graphs here; decode steps run eagerly")
+                self.replays.clear()
+                return
+            self.replays[size] = replay
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.replays)
+
+    def bucket(self, num_seqs: int) -> int | None:
+        """The smallest recorded batch size that holds ``num_seqs`` decodes (None: too many, run eagerly)."""
+        return next((size for size in self.sizes if size >= num_seqs and size in self.replays), None)
+
+    def _step_fn(self, size: int) -> Callable[[], torch.Tensor]:
+        common = AttentionMetadata(
+            query_start_loc=self.query_start_loc[: size + 1], seq_lens=self.seq_lens[:size],
+            block_tables=self.block_tables[:size], slot_mapping=self.slot_mapping[:size], query_lens=[1] * size,
+            seq_lens_host=[self.max_model_len] * size, block_size=self.block_size,
+        )
+        meta = self.attention.build_metadata(common)
+        ids, positions = self.input_ids[:size], self.positions[:size]
+        return lambda: self.model.compute_logits(self.model(ids, positions, self.kv_caches, meta))
+
+    def _pad(self, start: int, stop: int) -> None:
+        """Rows ``[start, stop)`` decode one token into the scratch block, reading only it."""
+        self.input_ids[start:stop] = 0
+        self.positions[start:stop] = 0
+        self.slot_mapping[start:stop] = self.scratch_block * self.block_size
+        self.seq_lens[start:stop] = 1
+        self.block_tables[start:stop] = self.scratch_block
+
+    def run(self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, seq_lens: np.ndarray,
+            block_tables: np.ndarray) -> torch.Tensor:
+        """Replay the bucket of ``n = len(input_ids)`` decodes and return their logits ``[n, vocab]``."""
+        n = len(input_ids)
+        size = self.bucket(n)
+        assert size is not None, f"no recorded graph holds {n} decodes"
+        self.input_ids[:n].copy_(torch.from_numpy(input_ids.astype(np.int64)), non_blocking=True)
+        self.positions[:n].copy_(torch.from_numpy(positions), non_blocking=True)
+        self.slot_mapping[:n].copy_(torch.from_numpy(slots), non_blocking=True)
+        self.seq_lens[:n].copy_(torch.from_numpy(seq_lens.astype(np.int32)), non_blocking=True)
+        width = block_tables.shape[1]
+        self.block_tables[:n, :width].copy_(torch.from_numpy(block_tables), non_blocking=True)
+        self._pad(n, size)
+        return self.replays[size]()[:n]

@@ -1,0 +1,59 @@
+"""Recorded decode steps: fixed buffers, bucket padding and the scratch block give the eager step's tokens.
+
+This machine has no GPU, so the platform's recorder is a TEST DOUBLE (``ReplayByRerun``): "recording" runs the
+step function once and "replaying" calls it again, reading the runner's fixed buffers exactly as a CUDA graph
+replay would. That checks everything but CUDA itself: which steps replay, the bucket padding, that padding rows
+touch only the scratch block, and that the tokens equal the eager ones. The real recorder
+(``frame_platform_cuda``, torch.cuda.CUDAGraph) is checked by a gpu-marked test in that plugin and by
+scripts/gpu_check.sh.
+"""
+
+from __future__ import annotations
+
+import pytest
+from frame import LLM, SamplingParams
+from frame.engine.graphs import capture_sizes
+from frame_platform_cpu.platform import CpuPlatform
+
+
+class ReplayByRerun:
+    """TEST DOUBLE of a platform's graph recorder (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.recorded = 0
+        self.replayed = 0
+
+    def __call__(self, fn):
+        fn()
+        self.recorded += 1
+
+        def replay():
+            self.replayed += 1
+            return fn()
+
+        return replay
+
+
+def greedy(llm: LLM, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    return [r.outputs[0].token_ids for r in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+def test_capture_sizes_cover_the_running_limit() -> None:
+    assert capture_sizes(256) == [1, 2, 4, 8, *range(16, 257, 16)]
+    assert capture_sizes(20) == [1, 2, 4, 8, 16, 20] and capture_sizes(3) == [1, 2, 3]
+
+
+def test_replayed_decode_steps_give_the_eager_tokens(monkeypatch: pytest.MonkeyPatch, chat_prompts) -> None:
+    prompts = [p[: 20 + 7 * i] for i, p in enumerate(chat_prompts[:6])] + chat_prompts[:3]  # 9 requests: bucket 16
+    args = dict(dtype="float32", attn="cpu_paged", max_model_len=256, max_num_seqs=16)
+    eager = greedy(LLM(**args, cuda_graphs=False), prompts, 12)
+    recorder = ReplayByRerun()
+    monkeypatch.setattr(CpuPlatform, "capture_graph", lambda platform, fn: recorder(fn))
+    llm = LLM(**args)
+    runner = llm.engine.executor.worker.runner
+    assert runner.graphs is not None and recorder.recorded == len(capture_sizes(16))
+    assert runner.kv.shape[2] == llm.engine.num_blocks + 1  # the scratch block, outside the cache's pool
+    assert greedy(llm, prompts, 12) == eager
+    assert recorder.replayed >= 10  # the pure decode steps replayed; prefill steps ran eagerly
+    assert greedy(llm, prompts[:3], 5) == [tokens[:5] for tokens in eager[:3]]  # bucket 4, three real rows
