@@ -52,6 +52,10 @@ class EngineConfig(BaseModel):
     cuda_graphs: bool = Field(
         True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda) and "
         "the attention backend allows it; off: every step runs eagerly")
+    speculative_proposer: str | None = Field(
+        None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
+    num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")
+    speculative_options: dict[str, Any] = Field(default_factory=dict, description="options of the proposer plugin")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
@@ -67,7 +71,10 @@ class EngineConfig(BaseModel):
 
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
-                   "scheduler": "sched_options"}
+                   "scheduler": "sched_options", "proposer": "speculative_options"}
+#: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
+SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
+                       "options": "speculative_options"}
 
 
 def config_error(err: ValidationError, model: type[BaseModel], where: str = "config") -> ConfigError:
@@ -95,7 +102,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def build_config(file_values: dict[str, Any] | None = None, **flags: Any) -> EngineConfig:
     """Merge a config file's values with flags (flags that are None are not given and do not override)."""
-    merged = dict(file_values or {})
+    merged = _flatten_speculative(dict(file_values or {}))
     for key, value in flags.items():
         if value is None:
             continue
@@ -107,6 +114,22 @@ def build_config(file_values: dict[str, Any] | None = None, **flags: Any) -> Eng
         return EngineConfig(**merged)
     except ValidationError as err:
         raise config_error(err, EngineConfig) from None
+
+
+def _flatten_speculative(values: dict[str, Any]) -> dict[str, Any]:
+    """A ``speculative:`` mapping becomes the ``speculative_*`` keys (one name per setting, as the flags have)."""
+    section = values.pop("speculative", None)
+    if section is None:
+        return values
+    if not isinstance(section, dict):
+        raise ConfigError("The config key 'speculative' must be a mapping with proposer, num_speculative_tokens and "
+                          "options.", param="speculative")
+    for key, value in section.items():
+        if key not in SPECULATIVE_SECTION:
+            raise ConfigError(f"Unknown config key 'speculative.{key}'; valid keys: "
+                              f"{', '.join(SPECULATIVE_SECTION)}.", param=f"speculative.{key}")
+        values[SPECULATIVE_SECTION[key]] = value
+    return values
 
 
 def resolve_plugin_options(

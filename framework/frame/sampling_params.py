@@ -20,7 +20,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     ``temperature == 0`` means greedy. ``top_k`` of ``None`` (or vLLM's ``-1``/``0``) means no top-k cut.
     ``logprobs=N`` returns the N most likely tokens' logprobs (and the sampled one's) at each step.
     ``n`` completions are generated per prompt; each is an independent sequence in the engine that shares the
-    prompt's KV through the prefix cache.
+    prompt's KV through the prefix cache. ``num_speculative_tokens`` caps the drafts verified per step for this
+    request when the engine speculates (0: none; None: the engine's count).
     """
 
     n: int = 1
@@ -40,6 +41,7 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     include_stop_str_in_output: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -74,6 +76,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("min_tokens", f"must be at least 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.num_speculative_tokens is not None and not 0 <= self.num_speculative_tokens <= 16:
+            raise bad("num_speculative_tokens", f"must be between 0 and 16, got {self.num_speculative_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
         if any(not s for s in self.stop):

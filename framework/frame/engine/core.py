@@ -21,7 +21,7 @@ from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats
 from frame.engine.scheduler import Scheduler
 from frame.engine.selection import Selection, select
 from frame.engine.worker import head_counts
-from frame.errors import ConfigError, PromptTooLongError
+from frame.errors import ConfigError, InvalidSamplingError, PromptTooLongError
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
@@ -102,6 +102,14 @@ class EngineCore:
         n = len(req.prompt_token_ids)
         if n == 0:
             raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
+        asked = req.params.num_speculative_tokens
+        if asked:
+            limit = self.config.num_speculative_tokens if self.config.speculative_proposer else 0
+            if asked > limit:
+                raise InvalidSamplingError(
+                    f"num_speculative_tokens {asked} exceeds this engine's {limit}"
+                    + ("" if limit else " (it runs without speculative decoding; start it with --speculative-proposer)")
+                    + "; ask for fewer.", param="num_speculative_tokens")
         max_tokens = req.params.max_tokens or 1
         if n + max_tokens > self.max_model_len:
             raise PromptTooLongError(
@@ -144,6 +152,9 @@ class EngineCore:
         outcome = self.scheduler.update(plan, result)
         stats = self._stats
         stats.steps += 1
+        stats.spec_draft_tokens += outcome.num_draft_tokens
+        stats.spec_accepted_tokens += outcome.num_accepted_tokens
+        stats.spec_verifications += sum(1 for r in plan.running if r.spec_token_ids)
         stats.comm_seconds += result.comm_seconds
         stats.prompt_tokens_computed += plan.num_prompt_tokens
         finished = {s.seq_id for s in outcome.finished}

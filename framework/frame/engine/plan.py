@@ -50,7 +50,8 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
 
     ``num_computed_tokens`` is the scheduler's count before this step (the runner checks it against its own).
     When ``resumed`` is True the request was preempted since the runner last ran it: its KV is gone, and
-    ``new_block_ids`` is its whole new table, not an addition.
+    ``new_block_ids`` is its whole new table, not an addition. ``spec_token_ids`` are drafts to verify: the step's
+    ``num_new_tokens`` count them after the request's last real token.
     """
 
     req_id: str
@@ -58,6 +59,7 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     num_computed_tokens: int
     num_new_tokens: int
     resumed: bool = False
+    spec_token_ids: list[int] = []
 
 
 class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,11 +99,13 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RequestSample(msgspec.Struct, frozen=True, array_like=True):
-    """The tokens one request gained in a step (one, or several with speculative decoding) and their logprobs."""
+    """The tokens one request gained in a step (one, or several with speculative decoding: the drafts it kept and
+    one of the target's), their logprobs, and the proposer's drafts for the next step."""
 
     req_id: str
     token_ids: list[int]
     logprobs: list[TokenLogprobs] | None = None
+    draft_token_ids: list[int] = []
 
 
 class RunnerOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
+from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.plugins.registry import PluginRegistry
 
@@ -82,6 +83,12 @@ class PluginHooks:
 
     def create_scheduler(self, name: str, limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
         return self._call("scheduler", name, "frame_scheduler_create", limits=limits, options=options)
+
+    # -- speculative decoding ---------------------------------------------------------------------------
+    def create_proposer(self, name: str, num_speculative_tokens: int, context: ProposerContext,
+                        options: BaseModel | None) -> Proposer:
+        return self._call("proposer", name, "frame_proposer_create", num_speculative_tokens=num_speculative_tokens,
+                          context=context, options=options)
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

@@ -1,11 +1,11 @@
-"""The five plugin kinds: entry-point group, hookspec module, the hook every plugin of the kind must answer."""
+"""The plugin kinds: entry-point group, hookspec module, the hook every plugin of the kind must answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
 
-from frame.hookspecs import attention, cache, common, lifecycle, model, platform, scheduler, workload
+from frame.hookspecs import attention, cache, common, lifecycle, model, platform, proposer, scheduler, workload
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("cache", "cache", "frame.caches", "caches", cache, "frame_cache_create"),
         PluginKind("scheduler", "sched", "frame.schedulers", "schedulers", scheduler, "frame_scheduler_create"),
         PluginKind("model", "model-family", "frame.models", "models", model, "frame_model_create"),
+        PluginKind("proposer", "speculative-proposer", "frame.proposers", "proposers", proposer,
+                   "frame_proposer_create"),
     )
 }
 
