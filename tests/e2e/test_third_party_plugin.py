@@ -53,7 +53,7 @@ def _write_wheel_source(root: Path, name: str, code: str) -> Path:
         [project]
         name = "frame-scheduler-{name}"
         version = "1.2.3"
-        dependencies = ["frame>=0.1"]
+        dependencies = ["frame-engine>=0.1"]
 
         [project.entry-points."frame.schedulers"]
         {name} = "frame_scheduler_{name}.plugin"

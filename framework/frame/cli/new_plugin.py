@@ -55,7 +55,7 @@ name = "{wheel}"
 version = "0.1.0"
 description = "A frame {kind} plugin."
 requires-python = ">=3.10"
-dependencies = ["frame>=0.1"]
+dependencies = ["frame-engine>=0.1"]
 
 [project.entry-points."{group}"]
 {name} = "{package}.plugin"
