@@ -41,21 +41,48 @@ def test_incompatible_api_version_is_refused_with_a_message() -> None:
     with pytest.raises(IncompatiblePluginError) as err:
         registry.register("scheduler", "future", _scheduler_plugin(FRAME_API_VERSION=99))
     assert str(err.value) == (
-        "The scheduler plugin 'future' ((registered in-process)) was written for plugin API 99, but this frame "
+        "The scheduler plugin 'future' (registered in-process) was written for plugin API 99, but this frame "
         "implements API 1; install a release of it made for API 1."
     )
     with pytest.raises(IncompatiblePluginError, match="declares no FRAME_API_VERSION"):
         registry.register("scheduler", "old", _scheduler_plugin(FRAME_API_VERSION=None))
 
 
-def test_misspelled_hook_fails_at_load() -> None:
-    @hookimpl
-    def frame_scheduler_craete(limits, cache, options):  # the typo is the point
-        return None
+def frame_scheduler_craete(limits, cache, options):  # misspelled on purpose, as are the names below
+    return None
 
-    module = plugin_module("typo", frame_scheduler_craete=frame_scheduler_craete)
-    with pytest.raises(IncompatiblePluginError, match="does not match frame's hookspecs"):
-        PluginRegistry().register("scheduler", "typo", module)
+
+def frame_make_coffee():
+    return None
+
+
+def _create_with_optoins(limits, cache, optoins):
+    return PolicyScheduler(limits, cache)
+
+
+def _create(limits, cache, options):
+    return PolicyScheduler(limits, cache)
+
+
+def _create_undecorated(limits, cache, options):  # hookimpl() marks the function itself, so a second one
+    return PolicyScheduler(limits, cache)
+
+
+@pytest.mark.parametrize(("hooks", "problem"), [
+    ({"frame_scheduler_craete": hookimpl(frame_scheduler_craete)},
+     "implements frame_scheduler_craete, which is not a frame hook; did you mean frame_scheduler_create?"),
+    ({"frame_scheduler_create": hookimpl(_create), "frame_make_coffee": hookimpl(frame_make_coffee)},
+     "implements frame_make_coffee, which is not a frame hook; every hook is listed in docs/plugins.md."),
+    ({"frame_scheduler_create": hookimpl(_create_with_optoins)},
+     "implements frame_scheduler_create with an argument 'optoins' that this hook does not pass (it passes limits, "
+     "cache, options); rename or remove that argument."),
+    ({"frame_scheduler_create": _create_undecorated},
+     "defines frame_scheduler_create without the @hookimpl decorator; decorate it (from frame import hookimpl)."),
+], ids=["misspelled", "unknown", "argument", "undecorated"])
+def test_hook_mistakes_are_one_sentence_naming_hook_and_argument(hooks: dict, problem: str) -> None:
+    with pytest.raises(IncompatiblePluginError) as err:
+        PluginRegistry().register("scheduler", "mine", plugin_module("mine", **hooks))
+    assert str(err.value) == f"The scheduler plugin 'mine' (registered in-process) {problem}"
 
 
 def test_plugin_without_its_required_hook_is_refused() -> None:
