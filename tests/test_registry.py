@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 from frame import hookimpl
-from frame.errors import IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
+from frame.config import resolve_plugin_options
+from frame.errors import ConfigError, IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.scheduling import PolicyScheduler
 from frame.testing.registration import plugin_module, registered
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def _scheduler_plugin(**extra: object):
@@ -165,3 +167,32 @@ def test_auto_attention_passes_over_a_backend_that_cannot_serve_here(monkeypatch
     with pytest.raises(PluginUnavailableError, match="'cpu_paged' needs a C\\+\\+ compiler to build its kernel; "
                                                      "installed backends that would serve here: sdpa"):
         select_attention(hooks, "cpu_paged", platform)
+
+
+class _Lenient(BaseModel):
+    """An options model that would let anything through on its own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_waiting: int = 8
+    budget: int = Field(4, alias="token_budget")
+
+
+def test_unknown_option_keys_are_refused_even_when_the_model_allows_extras() -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve_plugin_options("scheduler", "sjf", {"max_wait": 3}, _Lenient)
+    assert str(err.value) == (
+        "Unknown scheduler 'sjf' option key 'max_wait'; did you mean 'max_waiting'? valid keys: max_waiting, budget."
+    )
+    assert resolve_plugin_options("scheduler", "sjf", {"token_budget": 2}, _Lenient).budget == 2
+
+
+def test_the_message_is_the_one_lpm_gives() -> None:
+    from frame_scheduler_lpm.scheduler import LpmOptions
+
+    with pytest.raises(ConfigError) as err:
+        resolve_plugin_options("scheduler", "lpm", {"max_waiting_for_lmp": 3}, LpmOptions)
+    assert str(err.value) == (
+        "Unknown scheduler 'lpm' option key 'max_waiting_for_lmp'; did you mean 'max_waiting_for_lpm'? valid keys: "
+        "max_waiting_for_lpm, in_batch_prefix_tokens."
+    )
