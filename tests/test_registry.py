@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from frame import hookimpl
+from frame.cli.new_plugin import write_skeleton
 from frame.config import resolve_plugin_options
-from frame.errors import ConfigError, IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
+from frame.errors import (
+    ConfigError,
+    FrameUsageError,
+    IncompatiblePluginError,
+    PluginImportError,
+    PluginUnavailableError,
+    UnknownPluginError,
+)
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.scheduling import PolicyScheduler
-from frame.testing.registration import plugin_module, registered
+from frame.testing.registration import plugin_module, register_source_tree, registered
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -195,4 +207,48 @@ def test_the_message_is_the_one_lpm_gives() -> None:
     assert str(err.value) == (
         "Unknown scheduler 'lpm' option key 'max_waiting_for_lmp'; did you mean 'max_waiting_for_lpm'? valid keys: "
         "max_waiting_for_lpm, in_batch_prefix_tokens."
+    )
+
+
+@pytest.fixture
+def source_tree(tmp_path: Path) -> Iterator[Path]:
+    """A scheduler skeleton from `frame new-plugin`, registered from its folder for the test."""
+    folder = write_skeleton("scheduler", "from_src", tmp_path)
+    undo = register_source_tree(folder)
+    yield folder
+    undo()
+    for name in [m for m in sys.modules if m.startswith("frame_scheduler_from_src")]:
+        del sys.modules[name]
+    assert str(folder) not in sys.path and "from_src" not in PluginRegistry().names("scheduler")
+
+
+def test_a_source_tree_is_listed_and_loaded_as_if_installed(source_tree: Path) -> None:
+    registry = PluginRegistry()
+    info = registry.info("scheduler", "from_src")
+    assert (info.distribution, info.version, info.source) == ("frame-scheduler-from-src", "0.1.0", source_tree)
+    module = registry.load("scheduler", "from_src")
+    assert Path(module.__file__) == source_tree / "frame_scheduler_from_src" / "plugin.py"
+
+
+def test_a_source_tree_that_fails_to_import_is_one_sentence(source_tree: Path) -> None:
+    plugin = source_tree / "frame_scheduler_from_src" / "plugin.py"
+    plugin.write_text(plugin.read_text() + "\nimport not_a_real_dependency\n")
+    with pytest.raises(PluginImportError) as err:
+        PluginRegistry(allow=frozenset({"from_src", "fcfs"})).load("scheduler", "from_src")
+    assert str(err.value) == (
+        f"The scheduler plugin 'from_src' from the source tree of frame-scheduler-from-src 0.1.0 at {source_tree} "
+        "failed to import (ModuleNotFoundError: No module named 'not_a_real_dependency'); fix it or choose another "
+        "of: fcfs (--sched)."
+    )
+
+
+def test_a_folder_without_frame_entry_points_is_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(FrameUsageError, match=r"has no pyproject\.toml; pass the plugin's folder"):
+        register_source_tree(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "frame-nothing"\n')
+    with pytest.raises(FrameUsageError) as err:
+        register_source_tree(tmp_path)
+    assert str(err.value) == (
+        f'{tmp_path / "pyproject.toml"} declares no frame plugin; add an entry point under '
+        '[project.entry-points."frame.<kind>"] (see docs/plugins.md).'
     )

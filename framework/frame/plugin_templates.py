@@ -1,37 +1,75 @@
-"""Source templates for ``frame new-plugin``, one per kind (``str.format`` fields in braces, ``{{`` escapes)."""
+"""Source templates for ``frame new-plugin``, one set per kind (``str.format`` fields in braces, ``{{`` escapes).
+
+Every kind gets the same shape: ``plugin.py`` (the hooks and ``FRAME_API_VERSION``), one module holding the
+kind's class, and ``tests/test_conformance.py`` running the kind's conformance suite. The files shared by every
+kind (pyproject, README, conftest) are in :mod:`frame.cli.new_plugin`.
+"""
 
 from __future__ import annotations
 
-_HEADER = '''"""The {name} {kind} plugin: its hooks."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KindTemplate:
+    """What ``frame new-plugin`` writes for one kind, and what its README says about it."""
+
+    #: The module (beside ``plugin.py``) holding the kind's class.
+    module: str
+    plugin: str
+    implementation: str
+    tests: str
+    #: Wheels the kind's conformance suite needs besides frame-engine and pytest.
+    test_requires: tuple[str, ...]
+    #: How a user selects the plugin, one Markdown paragraph.
+    select: str
+    #: Where the plugin runs, one Markdown paragraph.
+    runs: str
+
+
+SCHEDULER = KindTemplate(
+    module="scheduler",
+    plugin='''"""The {name} scheduler plugin: its hooks."""
 
 from __future__ import annotations
 
 from frame import hookimpl
+from frame.interfaces.cache import KVCacheStrategy
+from frame.interfaces.scheduler import Scheduler, SchedulerLimits
+from pydantic import BaseModel
+
+from {package}.scheduler import {class_name}
 
 FRAME_API_VERSION = 1
-'''
 
-SCHEDULER = _HEADER + '''
+
+@hookimpl
+def frame_scheduler_create(
+    limits: SchedulerLimits, cache: KVCacheStrategy, options: BaseModel | None
+) -> Scheduler:
+    """A {class_name} that drives ``cache`` under ``limits``."""
+    return {class_name}(limits, cache)
+''',
+    implementation='''"""{class_name}: the {name} policy over frame's continuous batching (frame.scheduling)."""
+
+from __future__ import annotations
+
 from frame.scheduling import PolicyScheduler
+from frame.sequence import Sequence
 
 
 class {class_name}(PolicyScheduler):
     """Admits waiting sequences in arrival order and preempts the newest; change the policy here."""
 
-    def admission_order(self, waiting):
+    def admission_order(self, waiting: list[Sequence]) -> list[Sequence]:
         return sorted(waiting, key=lambda seq: seq.arrival_time)
 
-    def preemption_victim(self, running):
+    def preemption_victim(self, running: list[Sequence]) -> Sequence:
         return max(running, key=lambda seq: seq.arrival_time)
+''',
+    tests='''"""frame's scheduler conformance suite, run against this plugin through its hooks."""
 
-
-@hookimpl
-def frame_scheduler_create(limits, cache, options):
-    return {class_name}(limits, cache)
-'''
-
-SCHEDULER_TESTS = '''import pytest
-
+import pytest
 from frame.testing.scheduler import SchedulerConformance, scheduler_plugin_factory
 
 
@@ -39,9 +77,37 @@ class Test{class_name}(SchedulerConformance):
     @pytest.fixture
     def scheduler_factory(self):
         return scheduler_plugin_factory("{name}")
-'''
+''',
+    test_requires=(),
+    select="`frame generate --sched {name} --prompt \"Hello\"`, `sched: {name}` in a config file, or "
+           "`LLM(sched=\"{name}\")`.",
+    runs="Anywhere: a scheduler is bookkeeping over token and block ids (keep it free of torch and numpy).",
+)
 
-CACHE = _HEADER + '''
+CACHE = KindTemplate(
+    module="strategy",
+    plugin='''"""The {name} KV-cache strategy plugin: its hooks."""
+
+from __future__ import annotations
+
+from frame import hookimpl
+from frame.interfaces.cache import KVCacheStrategy
+from pydantic import BaseModel
+
+from {package}.strategy import {class_name}
+
+FRAME_API_VERSION = 1
+
+
+@hookimpl
+def frame_cache_create(num_blocks: int, block_size: int, options: BaseModel | None) -> KVCacheStrategy:
+    """A {class_name} over a pool of ``num_blocks`` blocks of ``block_size`` slots."""
+    return {class_name}(num_blocks, block_size)
+''',
+    implementation='''"""{class_name}: the {name} KV-cache strategy."""
+
+from __future__ import annotations
+
 from frame.interfaces.cache import KVCacheStrategy
 
 
@@ -69,57 +135,130 @@ class {class_name}(KVCacheStrategy):
 
     def reset(self):
         raise NotImplementedError
+''',
+    tests='''"""frame's KV-cache conformance suite, run against this strategy and through its plugin hooks."""
 
-
-@hookimpl
-def frame_cache_create(num_blocks, block_size, options):
-    return {class_name}(num_blocks, block_size)
-'''
-
-CACHE_TESTS = '''import pytest
-
+import pytest
 from frame.testing.cache import CacheConformance
-from {package}.plugin import {class_name}
+
+from {package} import plugin
+from {package}.strategy import {class_name}
 
 
 class Test{class_name}(CacheConformance):
+    plugin_module = plugin
+    plugin_name = "{name}"
+
     @pytest.fixture
     def make_cache(self):
         return {class_name}
-'''
+''',
+    test_requires=(),
+    select="`frame generate --cache {name} --prompt \"Hello\"`, `cache: {name}` in a config file, or "
+           "`LLM(cache=\"{name}\")`.",
+    runs="Anywhere: a KV-cache strategy is bookkeeping over token and block ids (keep it free of torch and numpy).",
+)
 
-ATTENTION = _HEADER + '''
+ATTENTION = KindTemplate(
+    module="backend",
+    plugin='''"""The {name} attention backend plugin: its hooks."""
+
+from __future__ import annotations
+
+import torch
+from frame import hookimpl
 from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.platform import Platform
+from pydantic import BaseModel
+
+from {package}.backend import {class_name}
+
+FRAME_API_VERSION = 1
+
+
+@hookimpl
+def frame_attention_platforms() -> list[str]:
+    """The platforms this backend runs on."""
+    return ["cpu", "cuda", "rocm"]
+
+
+@hookimpl
+def frame_attention_create(
+    num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
+    options: BaseModel | None,
+) -> AttentionBackend:
+    """One {class_name} serving every attention layer of the model."""
+    return {class_name}(num_heads, num_kv_heads, head_dim, scale, dtype)
+''',
+    implementation='''"""{class_name}: the {name} attention backend."""
+
+from __future__ import annotations
+
+import torch
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 
 
 class {class_name}(AttentionBackend):
     """Fill in write_kv and attend as frame.interfaces.attention.AttentionBackend describes."""
 
-    def write_kv(self, key, value, k_cache, v_cache, slot_mapping):
-        raise NotImplementedError
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        raise NotImplementedError("store key/value at slot_mapping (see AttentionBackend.write_kv)")
 
-    def attend(self, query, k_cache, v_cache, meta):
-        raise NotImplementedError
+    def attend(
+        self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        raise NotImplementedError("attention over the cached KV (see AttentionBackend.attend)")
+''',
+    tests='''"""frame's attention conformance suite, run on the cpu platform against this backend through its hooks."""
 
-
-@hookimpl
-def frame_attention_platforms():
-    return ["cpu", "cuda", "rocm"]
-
-
-@hookimpl
-def frame_attention_create(num_heads, num_kv_heads, head_dim, scale, dtype, platform, options):
-    return {class_name}(num_heads, num_kv_heads, head_dim, scale, dtype)
-'''
-
-ATTENTION_TESTS = '''from frame.testing.attention import AttentionBackendSuite
+from frame.testing.attention import AttentionBackendSuite
 
 
 class Test{class_name}(AttentionBackendSuite):
     plugin_name = "{name}"
-'''
+''',
+    test_requires=("frame-platform-cpu",),
+    select="`frame generate --attn {name} --prompt \"Hello\"`, `attn: {name}` in a config file, or "
+           "`LLM(attn=\"{name}\")`.",
+    runs="On the platforms `frame_attention_platforms` lists (`frame plugins` says whether it can run here).",
+)
 
-PLATFORM = _HEADER + '''
+PLATFORM = KindTemplate(
+    module="platform",
+    plugin='''"""The {name} platform plugin: its hooks."""
+
+from __future__ import annotations
+
+from frame import hookimpl
+from frame.interfaces.platform import Platform
+from pydantic import BaseModel
+
+from {package}.platform import {class_name}
+
+FRAME_API_VERSION = 1
+
+
+@hookimpl
+def frame_platform_check() -> str | None:
+    """None when this machine has the device, else one sentence saying why not."""
+    return {class_name}.unavailable_reason()
+
+
+@hookimpl
+def frame_platform_create(options: BaseModel | None) -> Platform:
+    """The {class_name} for this run."""
+    return {class_name}()
+''',
+    implementation='''"""{class_name}: the {name} platform."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
 from frame.interfaces.platform import Platform
 
 
@@ -127,67 +266,124 @@ class {class_name}(Platform):
     """Fill in each member as frame.interfaces.platform.Platform describes."""
 
     @classmethod
-    def unavailable_reason(cls):
+    def unavailable_reason(cls) -> str | None:
         return "this platform is not implemented yet"
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         raise NotImplementedError
 
     @property
-    def supported_dtypes(self):
+    def supported_dtypes(self) -> Sequence[torch.dtype]:
         raise NotImplementedError
 
-    def describe(self):
+    def describe(self) -> str:
         raise NotImplementedError
 
-    def kv_cache_budget_bytes(self, memory_fraction, model_bytes):
+    def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
         raise NotImplementedError
 
-    def preferred_attention(self, installed):
+    def preferred_attention(self, installed: Sequence[str]) -> str:
         raise NotImplementedError
+''',
+    tests='''"""frame's platform conformance suite, run against this platform through its hooks."""
 
-
-@hookimpl
-def frame_platform_check():
-    return {class_name}.unavailable_reason()
-
-
-@hookimpl
-def frame_platform_create(options):
-    return {class_name}()
-'''
-
-PLATFORM_TESTS = '''from frame.testing.platform import PlatformSuite
+from frame.testing.platform import PlatformSuite
 
 
 class Test{class_name}(PlatformSuite):
     plugin_name = "{name}"
-'''
+''',
+    test_requires=(),
+    select="`frame generate --platform {name} --prompt \"Hello\"`, `platform: {name}` in a config file, or "
+           "`LLM(platform=\"{name}\")`; `--platform auto` (the default) picks it when its check passes and its "
+           "`frame_platform_priority` is the highest.",
+    runs="Wherever `frame_platform_check` returns None (`frame plugins` shows its answer).",
+)
 
-MODEL = _HEADER + '''
+MODEL = KindTemplate(
+    module="model",
+    plugin='''"""The {name} model family plugin: its hooks."""
+
+from __future__ import annotations
+
+import torch
+from frame import hookimpl
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.model import CausalLM
+from transformers import PretrainedConfig
+
+from {package}.model import {class_name}
+
+FRAME_API_VERSION = 1
+
 
 @hookimpl
-def frame_model_architectures():
-    return []  # the Hugging Face architecture names this family builds, e.g. "MyModelForCausalLM"
+def frame_model_architectures() -> list[str]:
+    """The Hugging Face architecture names this family builds, e.g. "MyModelForCausalLM"."""
+    return []
 
 
 @hookimpl
-def frame_model_create(hf_config, dtype, device, attention):
-    raise NotImplementedError("build a frame.interfaces.model.CausalLM for hf_config")
-'''
+def frame_model_create(
+    hf_config: PretrainedConfig, dtype: torch.dtype, device: torch.device, attention: AttentionBackend
+) -> CausalLM:
+    """The network for ``hf_config``, its weights not yet loaded."""
+    return {class_name}(hf_config, attention).to(device=device, dtype=dtype)
+''',
+    implementation='''"""{class_name}: the {name} model family's network."""
 
-MODEL_TESTS = '''from frame.testing.model import ModelFamilySuite
+from __future__ import annotations
+
+import torch
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
+from transformers import PretrainedConfig
+
+
+class {class_name}(CausalLM):
+    """Fill in each member as frame.interfaces.model.CausalLM describes."""
+
+    def __init__(self, hf_config: PretrainedConfig, attention: AttentionBackend) -> None:
+        super().__init__()
+        self.hf_config = hf_config
+        self.attention = attention
+
+    @property
+    def kv_cache_spec(self) -> KVCacheSpec:
+        raise NotImplementedError("layers, KV heads and head size of the model's attention")
+
+    def load_weights(self, source: WeightSource) -> None:
+        raise NotImplementedError("copy every tensor of source into the parameters")
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        raise NotImplementedError("hidden states of the flat batch; every attention layer calls self.attention")
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+''',
+    tests='''"""frame's model-family conformance suite: this family's logits against transformers', tiny checkpoints."""
+
+from frame.testing.model import ModelFamilySuite
 
 
 class Test{class_name}(ModelFamilySuite):
     plugin_name = "{name}"
-'''
+''',
+    test_requires=("frame-platform-cpu", "frame-attention-sdpa"),
+    select="No flag: frame builds a checkpoint with the family whose `frame_model_architectures` lists the "
+           "checkpoint's `architectures`, so `frame generate --model /path/to/checkpoint --prompt \"Hello\"` or "
+           "`LLM(model=\"/path/to/checkpoint\")` uses it once it lists them.",
+    runs="On every platform that has an attention backend (the family calls the backend it is given).",
+)
 
-TEMPLATES: dict[str, dict[str, str]] = {
-    "scheduler": {"plugin": SCHEDULER, "tests": SCHEDULER_TESTS},
-    "cache": {"plugin": CACHE, "tests": CACHE_TESTS},
-    "attention": {"plugin": ATTENTION, "tests": ATTENTION_TESTS},
-    "platform": {"plugin": PLATFORM, "tests": PLATFORM_TESTS},
-    "model": {"plugin": MODEL, "tests": MODEL_TESTS},
+TEMPLATES: dict[str, KindTemplate] = {
+    "scheduler": SCHEDULER,
+    "cache": CACHE,
+    "attention": ATTENTION,
+    "platform": PLATFORM,
+    "model": MODEL,
 }
