@@ -60,12 +60,6 @@ class IncompatiblePluginError(PluginError):
     code = "incompatible_plugin"
 
 
-class PluginHookError(PluginError):
-    """The selected plugin raised inside one of its hooks; the message names the wheel and the hook."""
-
-    code = "plugin_hook_failed"
-
-
 class InvalidSamplingError(FrameUsageError):
     """A sampling parameter is out of range or of the wrong kind."""
 

@@ -6,13 +6,13 @@ once (``frame plugins``, auto-selection) without answering each other's calls. E
 - a kind's probing hooks (platform check and priority, attention platforms, model architectures) are answered
   from what the registry asked once at load, where a plugin that raises is marked broken, not fatal;
 - ``frame_attention_check`` (it needs the platform, so it is asked here) turns an exception into the reason the
-  backend cannot run;
-- a hook of the selected plugin that raises becomes one :class:`~frame.errors.PluginHookError` sentence naming
-  the plugin's wheel and the hook (a :class:`~frame.errors.FrameUsageError` it raises passes through as is);
+  backend cannot run, naming the hook and where the plugin comes from;
 - broadcast hooks (lifecycle, workloads) call each implementer on its own: one that raises is logged once and
   left out, the others carry on.
 
-With ``FRAME_TRACE_HOOKS=1`` the traceback of a hook that raised is printed to stderr too.
+A selected plugin's own hooks (options, create) raise as they are: their errors are the plugin's contract (a
+backend refuses heads that do not group with ValueError, and the conformance suites check that). With
+``FRAME_TRACE_HOOKS=1`` the traceback of an isolated hook that raised is printed to stderr too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from pydantic import BaseModel
 from transformers import PretrainedConfig
 
-from frame.errors import FrameUsageError, IncompatiblePluginError, PluginHookError
+from frame.errors import FrameUsageError, IncompatiblePluginError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.model import CausalLM
@@ -53,18 +53,7 @@ class PluginHooks:
 
     def _call(self, kind: str, name: str, hook: str, default: Any = _MISSING, **kwargs: Any) -> Any:
         self.registry.load(kind, name)
-        try:
-            results = call_one(self.registry.pm, f"{kind}:{name}", hook, **kwargs)
-        except FrameUsageError:
-            raise
-        except Exception as err:
-            self._trace(err)
-            info = self.registry.info(kind, name)
-            raise PluginHookError(
-                f"The {kind} plugin '{name}' ({info.origin}) raised in {hook} ({describe(err)}); fix or update it, "
-                f"or choose another {kind} plugin ({KINDS[kind].how_to_choose}).",
-                param=KINDS[kind].param,
-            ) from err
+        results = call_one(self.registry.pm, f"{kind}:{name}", hook, **kwargs)
         if results:
             return results[0]
         if default is not _MISSING:
@@ -116,10 +105,12 @@ class PluginHooks:
         """None when the backend can run on ``platform``; otherwise why not (also when its check raised)."""
         try:
             return self._call("attention", name, "frame_attention_check", default=None, platform=platform)
-        except PluginHookError as err:
-            cause = describe(err.__cause__) if err.__cause__ else str(err)
+        except FrameUsageError:
+            raise
+        except Exception as err:
+            self._trace(err)
             origin = self.registry.info("attention", name).origin
-            return f"cannot run here: its frame_attention_check raised {cause} ({origin})"
+            return f"cannot run here: its frame_attention_check raised {describe(err)} ({origin})"
 
     def create_attention(
         self, name: str, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
