@@ -124,6 +124,24 @@ def test_the_hint_lists_only_plugins_that_load_and_can_run() -> None:
     assert not registry.failures
 
 
+def test_a_probe_that_raises_after_load_breaks_the_plugin_from_then_on() -> None:
+    calls: list[int] = []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("flaky")
+
+    registry = PluginRegistry()
+    hooks = PluginHooks(registry)
+    with registered(registry, "platform", "flaky", _platform(check)):
+        registry.load("platform", "flaky")  # its check passes once, at load
+        with pytest.raises(PluginUnavailableError, match="its frame_platform_check raised RuntimeError: flaky"):
+            hooks.platform_check("flaky")
+        assert select_platform(hooks, "auto") == "cpu"
+        assert ("platform", "flaky") in registry.failures
+
+
 def test_a_broadcast_hook_that_raises_is_logged_once_and_the_others_still_hear(caplog) -> None:
     heard: list[str] = []
 

@@ -29,14 +29,17 @@ class PluginStatus:
 
 
 def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) -> tuple[bool, str]:
-    registry = hooks.registry
-    reason = registry.disabled_reason(kind, name)
+    reason = hooks.registry.disabled_reason(kind, name)
     if reason is not None:
         return False, reason
     try:
-        registry.load(kind, name)
-    except FrameUsageError as err:
+        return _ask(hooks, kind, name, platform)
+    except FrameUsageError as err:  # it failed to load, or raised in a probing hook: one line of its own
         return False, str(err)
+
+
+def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) -> tuple[bool, str]:
+    hooks.registry.load(kind, name)
     if kind == "platform":
         why = hooks.platform_check(name)
         return why is None, why or f"priority {hooks.platform_priority(name)}"

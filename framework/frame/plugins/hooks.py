@@ -3,8 +3,10 @@
 Kind hooks are called on one named plugin (the one selected), so several plugins of a kind can be loaded at
 once (``frame plugins``, auto-selection) without answering each other's calls. Every call is isolated:
 
-- a kind's probing hooks (platform check and priority, attention platforms, model architectures) are answered
-  from what the registry asked once at load, where a plugin that raises is marked broken, not fatal;
+- a kind's probing hooks (platform check and priority, attention platforms, model architectures) are asked
+  through the registry, which also asks them once at load: a plugin that raises in one is marked broken, so
+  ``load_all`` and everything built on it (auto choices, ``frame plugins``) pass over it, and asked by name it is
+  one sentence naming its wheel and the hook;
 - ``frame_attention_check`` (it needs the platform, so it is asked here) turns an exception into the reason the
   backend cannot run, naming the hook and where the plugin comes from;
 - broadcast hooks (lifecycle, workloads) call each implementer on its own: one that raises is logged once and
@@ -62,7 +64,7 @@ class PluginHooks:
                                       param=KINDS[kind].param)
 
     def _probe(self, kind: str, name: str, hook: str, default: Any) -> Any:
-        answer = self.registry.answer(kind, name, hook)
+        answer = self.registry.probe(kind, name, hook)
         return default if answer is None else answer
 
     def _broadcast(self, hook: str, **kwargs: Any) -> list[Any]:

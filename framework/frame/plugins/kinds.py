@@ -15,7 +15,7 @@ class PluginKind:
     ``flag`` is the engine flag that selects a plugin of the kind (``--<flag>``), or None for model families,
     which the checkpoint's architectures select. ``probes`` are the kind's argument-free hooks that the core asks
     every installed plugin of the kind (``frame plugins``, ``auto`` choices, architecture lookup): they are asked
-    once, when the plugin loads, and a plugin that raises in one is reported as unable to run, never fatal.
+    first when the plugin loads, and a plugin that raises in one is marked broken (unable to run, never fatal).
     """
 
     name: str

@@ -2,10 +2,10 @@
 
 Listing reads entry-point metadata only; nothing is imported until a plugin is loaded by name. Loading checks the
 declared ``FRAME_API_VERSION``, checks the hook implementations against the hookspecs, registers the module with
-pluggy as ``<kind>:<name>`` and asks the kind's probing hooks (:attr:`PluginKind.probes`) once, keeping the
-answers. Any failure on the way (an import error, a wrong API version, a misspelled hook, a probe that raises)
-marks that plugin broken with a one-sentence :class:`~frame.errors.PluginError` message: fatal when the plugin was
-asked for by name, recorded by :meth:`load_all` otherwise, so one broken plugin never stops the others.
+pluggy as ``<kind>:<name>`` and asks the kind's probing hooks (:attr:`PluginKind.probes`) once. Any failure on the
+way (an import error, a wrong API version, a misspelled hook, a probe that raises) marks that plugin broken with a
+one-sentence :class:`~frame.errors.PluginError` message: fatal when the plugin was asked for by name, recorded by
+:meth:`load_all` otherwise, so one broken plugin never stops the others.
 
 Escape hatches, read from the environment when the registry is built:
 
@@ -63,6 +63,10 @@ class PluginInfo:
         if self.distribution is None:
             return "registered in-process"
         return f"wheel {self.distribution} {self.version}"
+
+
+#: What :meth:`PluginRegistry._ask` returns when the hook raised.
+_BROKE = object()
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,6 @@ class PluginRegistry:
             self.pm.enable_tracing()
         self._loaded: dict[tuple[str, str], ModuleType] = {}
         self._probed: set[tuple[str, str]] = set()
-        self._answers: dict[tuple[str, str, str], Any] = {}
         self._extra: dict[tuple[str, str], PluginInfo] = {}
         self._broken: dict[tuple[str, str], _Broken] = {}
 
@@ -196,10 +199,16 @@ class PluginRegistry:
         """``(kind, name) -> one-sentence message`` for every plugin found broken so far."""
         return {key: str(self._error(*key)) for key in self._broken}
 
-    def answer(self, kind: str, name: str, hook: str) -> Any:
-        """The plugin's answer to one of its kind's probing hooks (None when it does not implement it)."""
+    def probe(self, kind: str, name: str, hook: str) -> Any:
+        """The plugin's answer now to one of its kind's probing hooks (None when it does not implement it).
+
+        A plugin that raises in it is marked broken, as if it had raised at load: the PluginError says so.
+        """
         self.load(kind, name)
-        return self._answers.get((kind, name, hook))
+        asked = self._ask(kind, name, hook)
+        if asked is _BROKE:
+            raise self._error(kind, name) from self._broken[(kind, name)].cause
+        return asked
 
     def _ensure(self, kind: str, name: str) -> ModuleType | None:
         """The loaded and probed module, or None when the plugin is broken (recorded in ``_broken``)."""
@@ -227,18 +236,23 @@ class PluginRegistry:
             except PluginError as err:
                 self._broken[key] = _Broken(type(err), str(err), None, err)
                 return None
-        for hook in KINDS[kind].probes:
-            try:
-                answers = call_one(self.pm, f"{kind}:{name}", hook)
-            except Exception as err:
-                self._drop(key)
-                self._broken[key] = _Broken(PluginUnavailableError, f"The {kind} plugin '{name}' ({info.origin}) "
-                                            f"cannot run here: its {hook} raised {describe(err)}",
-                                            _fix(info, raised=True), err)
-                return None
-            self._answers[(kind, name, hook)] = answers[0] if answers else None
+        if any(self._ask(kind, name, hook) is _BROKE for hook in KINDS[kind].probes):
+            return None
         self._probed.add(key)
         return module
+
+    def _ask(self, kind: str, name: str, hook: str) -> Any:
+        """One registered plugin's answer to a probing hook, or ``_BROKE`` (and the plugin marked broken)."""
+        try:
+            answers = call_one(self.pm, f"{kind}:{name}", hook)
+        except Exception as err:
+            info = self.info(kind, name)
+            self._drop((kind, name))
+            self._broken[(kind, name)] = _Broken(PluginUnavailableError, f"The {kind} plugin '{name}' "
+                                                 f"({info.origin}) cannot run here: its {hook} raised "
+                                                 f"{describe(err)}", _fix(info, raised=True), err)
+            return _BROKE
+        return answers[0] if answers else None
 
     def _import(self, info: PluginInfo) -> ModuleType:
         if info.source is not None:
@@ -270,8 +284,8 @@ class PluginRegistry:
         for other in self.names(kind):
             if other == name or self._ensure(kind, other) is None:
                 continue
-            if kind == "platform" and self._answers.get((kind, other, "frame_platform_check")) is not None:
-                continue  # installed and sound, but its device is not here
+            if kind == "platform" and self._ask(kind, other, "frame_platform_check") is not None:
+                continue  # its device is not here (or its check raised just now)
             usable.append(other)
         return usable
 
@@ -320,11 +334,9 @@ class PluginRegistry:
         self._broken.pop((kind, name), None)
 
     def _drop(self, key: tuple[str, str]) -> None:
-        """Take a plugin out of pluggy and forget its answers; it stays listed."""
+        """Take a plugin out of pluggy; it stays listed."""
         module = self._loaded.pop(key, None)
         self._probed.discard(key)
-        for answer in [a for a in self._answers if a[:2] == key]:
-            del self._answers[answer]
         if module is not None and self.pm.is_registered(module):
             self.pm.unregister(module)
 
