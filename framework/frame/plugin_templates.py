@@ -1,5 +1,8 @@
 """Source templates for ``frame new-plugin``, one set per kind (``str.format`` fields in braces, ``{{`` escapes).
 
+``{api_version}`` is the core's ``frame.version.API_VERSION``: a skeleton declares the plugin API of the core that
+wrote it.
+
 Every kind gets the same shape: ``plugin.py`` (the hooks and ``FRAME_API_VERSION``), one module holding the
 kind's class, and ``tests/test_conformance.py`` running the kind's conformance suite. The files shared by every
 kind (pyproject, README, conftest) are in :mod:`frame.cli.new_plugin`.
@@ -40,7 +43,7 @@ from pydantic import BaseModel
 
 from {package}.scheduler import {class_name}
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = {api_version}
 
 
 @hookimpl
@@ -96,7 +99,7 @@ from pydantic import BaseModel
 
 from {package}.strategy import {class_name}
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = {api_version}
 
 
 @hookimpl
@@ -173,7 +176,7 @@ from pydantic import BaseModel
 
 from {package}.backend import {class_name}
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = {api_version}
 
 
 @hookimpl
@@ -238,7 +241,7 @@ from pydantic import BaseModel
 
 from {package}.platform import {class_name}
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = {api_version}
 
 
 @hookimpl
@@ -315,7 +318,7 @@ from transformers import PretrainedConfig
 
 from {package}.model import {class_name}
 
-FRAME_API_VERSION = 1
+FRAME_API_VERSION = {api_version}
 
 
 @hookimpl

@@ -14,6 +14,7 @@ from frame.errors import FrameUsageError
 from frame.plugin_templates import TEMPLATES
 from frame.plugins.kinds import KINDS
 from frame.plugins.registry import PluginRegistry
+from frame.version import API_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,7 @@ def test_skeleton_files_and_entry_point(kind: str, tmp_path: Path) -> None:
     assert meta["project"]["name"] == f"frame-{kind}-demo"
     assert meta["project"]["dependencies"] == ["frame-engine>=0.1"]
     assert meta["project"]["entry-points"][KINDS[kind].group] == {"demo": f"{package}.plugin"}
+    assert f"\nFRAME_API_VERSION = {API_VERSION}\n" in (folder / package / "plugin.py").read_text()
     # The plugin module imports and its hooks validate against frame's hookspecs.
     sys.path.insert(0, str(folder))
     try:

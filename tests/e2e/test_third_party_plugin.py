@@ -27,6 +27,7 @@ from xml.etree import ElementTree
 
 import pytest
 from frame.plugin_templates import TEMPLATES
+from frame.version import API_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLED = Path(__file__).parent / "third_party"
@@ -285,7 +286,7 @@ def _broken_wheel_source(root: Path) -> Path:
     package = folder / "frame_broken_probes"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    header = "from frame import hookimpl\n\nFRAME_API_VERSION = 1\n\n\n"
+    header = f"from frame import hookimpl\n\nFRAME_API_VERSION = {API_VERSION}\n\n\n"
     modules = {
         "platform": "@hookimpl\ndef frame_platform_check():\n    raise RuntimeError('no device probe today')\n\n\n"
                     "@hookimpl\ndef frame_platform_create(options):\n    raise AssertionError('never created')\n",

@@ -16,6 +16,7 @@ from pathlib import Path
 from frame.errors import FrameUsageError
 from frame.plugin_templates import TEMPLATES
 from frame.plugins.kinds import KINDS
+from frame.version import API_VERSION
 
 PYPROJECT = '''[build-system]
 requires = ["setuptools>=68"]
@@ -122,6 +123,7 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
         raise FrameUsageError(f"{folder} already exists; choose another name or remove it.", param="name")
     template = TEMPLATES[kind]
     values = {"kind": kind, "name": name, "wheel": wheel, "package": package, "group": KINDS[kind].group,
+              "api_version": API_VERSION,
               "class_name": "".join(p.capitalize() for p in name.split("_")) + kind.capitalize(),
               "test_requires": " ".join(("frame-engine", "pytest", *template.test_requires))}
     values["select"] = template.select.format(**values)
