@@ -77,16 +77,29 @@ SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_toke
                        "options": "speculative_options"}
 
 
+def unknown_key_error(key: str, model: type[BaseModel], where: str = "config") -> ConfigError:
+    """One sentence naming an unknown key, the closest valid one and every valid one."""
+    valid = list(model.model_fields)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return ConfigError(f"Unknown {where} key '{key}'; {hint}valid keys: {', '.join(valid) or '(none)'}.", param=key)
+
+
 def config_error(err: ValidationError, model: type[BaseModel], where: str = "config") -> ConfigError:
     """Turn pydantic's report into one sentence naming the key and, for unknown keys, the valid ones."""
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    valid = list(model.model_fields)
     if first["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(first["loc"][-1]), valid, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return ConfigError(f"Unknown {where} key '{key}'; {hint}valid keys: {', '.join(valid)}.", param=key)
+        return unknown_key_error(key, model, where)
     return ConfigError(f"Invalid {where} value for '{key}': {first['msg']}.", param=key)
+
+
+def _accepted_keys(model: type[BaseModel]) -> set[str]:
+    """Field names and their string aliases: the keys a plugin's options model reads."""
+    keys = set(model.model_fields)
+    for field in model.model_fields.values():
+        keys.update(a for a in (field.alias, field.validation_alias) if isinstance(a, str))
+    return keys
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -135,7 +148,11 @@ def _flatten_speculative(values: dict[str, Any]) -> dict[str, Any]:
 def resolve_plugin_options(
     kind: str, name: str, values: dict[str, Any], options_model: type[BaseModel] | None
 ) -> BaseModel | None:
-    """Validate a plugin's option values against its options model (keys must exist)."""
+    """Validate a plugin's option values against its options model.
+
+    Keys the model does not declare are refused whatever the model's own ``extra`` setting, so a misspelled
+    option never passes silently.
+    """
     if options_model is None:
         if values:
             raise ConfigError(
@@ -143,6 +160,9 @@ def resolve_plugin_options(
                 param=OPTION_SECTIONS.get(kind),
             )
         return None
+    unknown = [key for key in values if key not in _accepted_keys(options_model)]
+    if unknown:
+        raise unknown_key_error(unknown[0], options_model, where=f"{kind} '{name}' option")
     try:
         return options_model(**values)
     except ValidationError as err:

@@ -199,11 +199,12 @@ class ModelFamilySuite:
         reference, _, attention, folder = built
         source = open_weights(folder)
         names = [n for n, _ in source.tensors()]
-        dropped = next(n for n in names if "layers.1." in n and "mlp" in n)
+        # The second layer's MLP, however the architecture names it (model.layers.1.mlp..., transformer.h.1.mlp...).
+        dropped = next(n for n in names if ".1." in n and "mlp" in n)
         fresh = hooks.create_model(self.plugin_name, hf_config=reference.config, dtype=torch.float32,
                                    device=platform.device, attention=attention)
         with pytest.raises(ValueError, match=r"lacks|missing") as err:
             fresh.load_weights(EditedSource(source, drop=frozenset({dropped})))
-        assert "layers.1." in str(err.value) and "mlp" in str(err.value)
+        assert ".1." in str(err.value) and "mlp" in str(err.value)
         with pytest.raises(ValueError, match=r"model\.layers\.0\.surprise\.weight"):
             fresh.load_weights(EditedSource(source, add={"model.layers.0.surprise.weight": torch.zeros(2)}))
