@@ -56,6 +56,9 @@ class EngineConfig(BaseModel):
         None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")
     speculative_options: dict[str, Any] = Field(default_factory=dict, description="options of the proposer plugin")
+    grammar_backend: str = Field("xgrammar", description="structured-output grammar backend plugin (requests' "
+                                 "response_format / structured_outputs)")
+    grammar_options: dict[str, Any] = Field(default_factory=dict, description="options of the grammar backend")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
@@ -71,7 +74,7 @@ class EngineConfig(BaseModel):
 
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
-                   "scheduler": "sched_options", "proposer": "speculative_options"}
+                   "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options"}
 #: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
 SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
                        "options": "speculative_options"}

@@ -69,7 +69,9 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     decodes mixed); ``num_prompt_tokens`` of the step's tokens are prompt tokens. ``block_copies`` run before the
     forward. ``preempted_ids`` lost their KV in this step (the runner keeps their tokens for a later ``resumed``
     diff); ``finished_ids`` ended (finished or aborted) since
-    the previous plan, and the runner drops everything it holds for them.
+    the previous plan, and the runner drops everything it holds for them. ``grammar_bitmask`` holds the
+    structured-output masks (int32 little-endian rows, :mod:`frame.engine.bitmask`) of the requests in
+    ``grammar_ids``, one row per position each samples (its last token, then each draft), in that order.
     """
 
     step: int
@@ -79,6 +81,8 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     block_copies: list[BlockCopy] = []
     preempted_ids: list[str] = []
     finished_ids: list[str] = []
+    grammar_ids: list[str] = []
+    grammar_bitmask: bytes = b""
 
     @property
     def num_batched_tokens(self) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from frame.engine import bitmask
 from frame.engine.batch import PersistentBatch
 from frame.engine.graphs import Capture, DecodeGraphs
 from frame.engine.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
@@ -201,10 +202,24 @@ class ModelRunner:
         logits = self.forward(host)
         if logits is None:
             return RunnerOutput()
+        if plan.grammar_ids:
+            self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
         samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
         if self.proposer is not None:
             samples = self.propose(samples)
         return RunnerOutput(samples=samples)
+
+    def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
+        """Mask the logits of constrained requests with the plan's structured-output rows (every position each
+        samples: its last token and its drafts), so nothing outside the grammar can be sampled or kept."""
+        states = self.batch.state_of_row
+        first = np.cumsum(drafts + 1) - (drafts + 1)
+        start_of = {states[row].req_id: int(f) for row, f in zip(rows.tolist(), first, strict=True)}  # type: ignore[union-attr]
+        index: list[int] = []
+        for req_id in plan.grammar_ids:
+            row = self.batch.row_of[req_id]
+            index.extend(range(start_of[req_id], start_of[req_id] + int(self.batch.num_drafts[row]) + 1))
+        bitmask.apply(logits, index, bitmask.from_bytes(plan.grammar_bitmask, logits.shape[-1]))
 
     def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray) -> list[RequestSample]:
         """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens."""

@@ -112,11 +112,16 @@ class Scheduler:
 
     def abort(self, seq_id: str) -> Sequence | None:
         """Remove a request wherever it is, free its blocks, mark it FINISHED_ABORTED; None if unknown."""
+        return self.finish(seq_id, SequenceStatus.FINISHED_ABORTED)
+
+    def finish(self, seq_id: str, status: SequenceStatus) -> Sequence | None:
+        """End a request wherever it is with ``status`` (an abort, or a stop the engine decided: a completed
+        grammar), freeing its blocks; None if unknown."""
         seq = self._live.get(seq_id)
         if seq is None:
             return None
         (self.running if seq in self.running else self.waiting).remove(seq)
-        self._end(seq, SequenceStatus.FINISHED_ABORTED)
+        self._end(seq, status)
         return seq
 
     def _end(self, seq: Sequence, status: SequenceStatus, reason: int | str | None = None) -> None:

@@ -31,6 +31,7 @@ from transformers import PretrainedConfig
 from frame.errors import FrameUsageError, IncompatiblePluginError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.cache import KVCacheStrategy
+from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
@@ -137,6 +138,12 @@ class PluginHooks:
                         options: BaseModel | None) -> Proposer:
         return self._call("proposer", name, "frame_proposer_create", num_speculative_tokens=num_speculative_tokens,
                           context=context, options=options)
+
+    # -- structured outputs -----------------------------------------------------------------------------
+    def create_grammar_backend(self, name: str, tokenizer: Any, vocab_size: int, stop_token_ids: list[int],
+                               options: BaseModel | None) -> GrammarBackend:
+        return self._call("grammar", name, "frame_grammar_create", tokenizer=tokenizer, vocab_size=vocab_size,
+                          stop_token_ids=stop_token_ids, options=options)
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from frame.hookspecs import attention, cache, common, lifecycle, model, platform, proposer, scheduler, workload
+from frame.hookspecs import (
+    attention,
+    cache,
+    common,
+    grammar,
+    lifecycle,
+    model,
+    platform,
+    proposer,
+    scheduler,
+    workload,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ KINDS: dict[str, PluginKind] = {
                    ("frame_model_architectures",)),
         PluginKind("proposer", "speculative-proposer", "frame.proposers", "proposers", proposer,
                    "frame_proposer_create"),
+        PluginKind("grammar", "grammar-backend", "frame.grammars", "grammars", grammar, "frame_grammar_create"),
     )
 }
 
