@@ -99,7 +99,7 @@ def test_config_keys_named_in_docs_and_hookspecs_exist() -> None:
             assert flag in OPTION_FLAGS.values(), f"{flag} is not a flag"
         for key in re.findall(r"`+([a-z_]+): [{\[]", text):  # inline YAML such as `cache_options: {...}`
             # `speculative: {...}` is the one mapping a config file may use for several keys (speculative_*).
-            assert key in EngineConfig.model_fields or key == "speculative", f"inline YAML key {key} is not a config key"
+            assert key in EngineConfig.model_fields or key == "speculative", f"inline YAML key {key} is no config key"
 
 
 def test_the_public_module_list_is_the_codes() -> None:

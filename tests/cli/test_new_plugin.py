@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_skeleton_files_and_entry_point(kind: str, tmp_path: Path) -> None:
     folder = write_skeleton(kind, "demo", tmp_path)
     package = f"frame_{kind}_demo"
-    assert folder.name == f"frame-{kind}-demo"
+    assert folder.name == f"frame-{kind.replace('_', '-')}-demo"
     written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert written == sorted(["README.md", "pyproject.toml", "tests/conftest.py", "tests/test_conformance.py",
                               f"{package}/__init__.py", f"{package}/plugin.py",
                               f"{package}/{TEMPLATES[kind].module}.py"])
     meta = tomllib.loads((folder / "pyproject.toml").read_text())
-    assert meta["project"]["name"] == f"frame-{kind}-demo"
+    assert meta["project"]["name"] == f"frame-{kind.replace('_', '-')}-demo"
     assert meta["project"]["dependencies"] == ["frame-engine>=0.1"]
     assert meta["project"]["entry-points"][KINDS[kind].group] == {"demo": f"{package}.plugin"}
     assert f"\nFRAME_API_VERSION = {API_VERSION}\n" in (folder / package / "plugin.py").read_text()
@@ -49,15 +49,18 @@ def test_skeleton_files_and_entry_point(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_readme_gives_the_isolated_commands(kind: str, tmp_path: Path) -> None:
     readme = (write_skeleton(kind, "demo", tmp_path) / "README.md").read_text()
-    assert readme.startswith(f"# frame-{kind}-demo\n")
+    assert readme.startswith(f"# frame-{kind.replace('_', '-')}-demo\n")
     requirements = " ".join(("frame-engine", "pytest", *TEMPLATES[kind].test_requires))
+    wheel = f"frame-{kind.replace('_', '-')}-demo"
     for command in ("python -m venv .venv", f"pip install {requirements}\npytest\n", "pip wheel --no-deps -w dist .",
                     f"pip install dist/frame_{kind}_demo-0.1.0-py3-none-any.whl", "frame plugins",
-                    f"pip index versions frame-{kind}-demo", "python -m build", "twine upload dist/*"):
+                    f"pip index versions {wheel}", "python -m build", "twine upload dist/*"):
         assert command in readme, command
     assert "--model-family" not in readme and "model-family" not in readme
     if KINDS[kind].flag:
-        assert f"--{KINDS[kind].flag} demo" in readme and f'LLM({KINDS[kind].param}="demo")' in readme
+        assert f"--{KINDS[kind].flag} demo" in readme
+        if kind != "tool_parser":  # the API server's option, not the engine's
+            assert f'LLM({KINDS[kind].param}="demo")' in readme
 
 
 def test_skeletons_are_ruff_clean_under_frames_own_rules(tmp_path: Path) -> None:

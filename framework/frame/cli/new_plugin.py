@@ -117,7 +117,7 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise FrameUsageError(f"Plugin name '{name}' must be lowercase letters, digits and underscores.",
                               param="name")
-    wheel = f"frame-{kind}-{name.replace('_', '-')}"
+    wheel = f"frame-{kind.replace('_', '-')}-{name.replace('_', '-')}"
     package = f"frame_{kind}_{name}"
     folder = root / wheel
     if folder.exists():

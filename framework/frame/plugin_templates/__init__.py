@@ -11,6 +11,7 @@ kind (pyproject, README, conftest) are in :mod:`frame.cli.new_plugin`.
 from __future__ import annotations
 
 from frame.plugin_templates.bookkeeping import CACHE, PROPOSER, SCHEDULER
+from frame.plugin_templates.host import GRAMMAR, TOOL_PARSER
 from frame.plugin_templates.kind import KindTemplate
 from frame.plugin_templates.tensors import ATTENTION, MODEL, PLATFORM
 
@@ -21,6 +22,9 @@ TEMPLATES: dict[str, KindTemplate] = {
     "platform": PLATFORM,
     "model": MODEL,
     "proposer": PROPOSER,
+    "grammar": GRAMMAR,
+    "tool_parser": TOOL_PARSER,
 }
 
-__all__ = ["ATTENTION", "CACHE", "MODEL", "PLATFORM", "PROPOSER", "SCHEDULER", "TEMPLATES", "KindTemplate"]
+__all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "SCHEDULER", "TEMPLATES", "TOOL_PARSER",
+           "KindTemplate"]

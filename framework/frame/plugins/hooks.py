@@ -36,6 +36,7 @@ from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
+from frame.interfaces.tool_parser import ToolParser
 from frame.plugins.calls import call_one, describe, implementers
 from frame.plugins.kinds import KINDS
 from frame.plugins.registry import PluginRegistry
@@ -144,6 +145,9 @@ class PluginHooks:
                                options: BaseModel | None) -> GrammarBackend:
         return self._call("grammar", name, "frame_grammar_create", tokenizer=tokenizer, vocab_size=vocab_size,
                           stop_token_ids=stop_token_ids, options=options)
+
+    def create_tool_parser(self, name: str, options: BaseModel | None) -> ToolParser:
+        return self._call("tool_parser", name, "frame_tool_parser_create", options=options)
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

@@ -15,6 +15,7 @@ from frame.hookspecs import (
     platform,
     proposer,
     scheduler,
+    tool_parser,
     workload,
 )
 
@@ -62,6 +63,8 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("proposer", "speculative-proposer", "frame.proposers", "proposers", proposer,
                    "frame_proposer_create"),
         PluginKind("grammar", "grammar-backend", "frame.grammars", "grammars", grammar, "frame_grammar_create"),
+        PluginKind("tool_parser", "tool-parser", "frame.tool_parsers", "tool parsers", tool_parser,
+                   "frame_tool_parser_create"),
     )
 }
 
