@@ -1,7 +1,7 @@
 """The server's checks: everything about a request is verified here, before anything reaches the engine core.
 
 Sampling ranges are SamplingParams' own (it raises InvalidSamplingError naming the field); this module adds the
-server's limits (n, max_tokens, logprobs, stop lists), the seed of the last of ``n`` completions,
+server's limits (n, max_tokens, logprobs, stop lists and their length), the seed of the last of ``n`` completions,
 the model name, the cache salt, token ids inside the vocabulary and the context length, with the same message the
 engine core's ``check_request`` gives.
 """
@@ -69,6 +69,11 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
     _limit(max_tokens, limits.max_tokens, "max_tokens", "tokens")
     _limit(logprobs, limits.max_logprobs, "logprobs", "top logprobs")
     _limit(len(stop), limits.max_stop, "stop", "stop strings")
+    stop_chars = sum(len(s) for s in stop)
+    if stop_chars > limits.max_stop_chars:
+        raise ServerError(f"stop holds {stop_chars} characters in all, over this server's limit of "
+                          f"{limits.max_stop_chars} (--max-stop-chars); send shorter stop strings.",
+                          status=400, code="limit_exceeded", param="stop")
     if req.seed is not None and req.seed + req.n - 1 > UINT64_MAX:
         raise InvalidSamplingError(f"seed {req.seed} with n={req.n} gives the last completion seed "
                                    f"{req.seed + req.n - 1}, past 64 bits; send a seed of at most "

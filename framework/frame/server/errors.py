@@ -7,7 +7,6 @@ pydantic's validation errors and malformed JSON (400, as OpenAI and vLLM answer,
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
@@ -19,14 +18,15 @@ from starlette.exceptions import HTTPException
 from frame.engine.mp import EngineDeadError
 from frame.errors import FrameUsageError
 
-log = logging.getLogger("frame.server")
-
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 405: "invalid_request_error", 429: "rate_limit_error",
-          503: "service_unavailable_error"}
+          404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
 #: Tags pydantic puts in an error's location for the members of a union; never field names here.
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 _FIELD = re.compile(r"[a-z_][a-z0-9_]*")
+#: An absolute filesystem path of two or more parts (``/root/.cache/frame/x``); API routes (``/v1/...``) stay.
+_FS_PATH = re.compile(r"(?<![\w.:/~-])~?/(?!v1/)(?:[^\s/'\"`:,;()<>\[\]]+/)+[^\s/'\"`:,;()<>\[\]]*")
 
 
 class ServerError(FrameUsageError):
@@ -38,9 +38,15 @@ class ServerError(FrameUsageError):
         self.status, self.code, self.headers = status, code, headers or {}
 
 
+def without_paths(message: str) -> str:
+    """The message with filesystem paths replaced by ``<path>``: clients learn nothing of the host's layout."""
+    return _FS_PATH.sub("<path>", message)
+
+
 def error_body(message: str, status: int, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI error shape; every error a client sees is built here."""
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": without_paths(message), "type": kind, "param": param, "code": code}}
 
 
 def error_response(message: str, status: int, code: str | None, param: str | None = None,
@@ -119,10 +125,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, err: HTTPException) -> JSONResponse:
-        return error_response(str(err.detail), err.status_code, "not_found" if err.status_code == 404 else None,
+        return error_response(str(err.detail), err.status_code, _HTTP_CODES.get(err.status_code),
                               headers=getattr(err, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _crash(_: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(f"Internal server error: {type(err).__name__}.", 500, "internal_error")

@@ -113,6 +113,8 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: Logprobs | None = None
     add_generation_prompt: bool = True
+    #: A Jinja template to use instead of the model's; refused unless ``--trust-request-chat-template``.
+    chat_template: Text | None = None
     #: Extra template variables: plain JSON values, never arguments of the tokenizer.
     chat_template_kwargs: TemplateKwargs | None = None
 
