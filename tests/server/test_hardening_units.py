@@ -1,5 +1,5 @@
 """The hardening pieces without a running server: the engine client's codec check, the engine loop that outlives a
-request it cannot take, and paths kept out of error messages."""
+request it cannot take, paths kept out of error messages, and the schema's sampling ranges against SamplingParams."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from frame.engine.mp import make_client
 from frame.engine.mp.loop import EngineLoop
 from frame.engine.mp.messages import AddRequests, Rejected
 from frame.engine.protocol import EngineRequest
-from frame.errors import FrameUsageError
+from frame.errors import FrameUsageError, InvalidSamplingError
 from frame.sampling_params import SamplingParams
 from frame.server.errors import without_paths
+from frame.server.openapi import SAMPLING_RANGES
 
 
 def _request(**params) -> EngineRequest:
@@ -55,3 +56,20 @@ def test_the_engine_loop_rejects_a_request_it_cannot_add_and_goes_on():
 ])
 def test_error_messages_carry_no_paths(message, expected):
     assert without_paths(message) == expected
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLING_RANGES))
+def test_the_schema_sampling_ranges_are_sampling_params_own(field):
+    def accepts(value: float) -> bool:
+        try:
+            SamplingParams(**{field: value})
+        except InvalidSamplingError:
+            return False
+        return True
+
+    rule, eps = SAMPLING_RANGES[field], 1e-9
+    if "minimum" in rule:
+        assert accepts(rule["minimum"]) and not accepts(rule["minimum"] - eps)
+    if "exclusiveMinimum" in rule:
+        assert not accepts(rule["exclusiveMinimum"]) and accepts(rule["exclusiveMinimum"] + eps)
+    assert accepts(rule["maximum"]) and not accepts(rule["maximum"] + eps)

@@ -25,6 +25,7 @@ from frame.server.auth import ApiKeyMiddleware
 from frame.server.errors import install_error_handlers
 from frame.server.guard import RequestGuard
 from frame.server.metrics import ServerMetrics
+from frame.server.openapi import install_openapi
 from frame.server.prompts import Prompts, render_init
 from frame.server.render_pool import RenderPool
 from frame.server.settings import ServerSettings
@@ -104,6 +105,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     install_error_handlers(app)
     for module in (routes, completions, chat):
         app.include_router(module.router)
+    install_openapi(app, settings)
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, api_keys=settings.api_keys, salt_by_key=settings.salt_by_key)
     app.add_middleware(RequestGuard, max_body_bytes=settings.http.max_body_bytes,
