@@ -1,9 +1,13 @@
 """The hardening pieces without a running server: the engine client's codec check, the engine loop that outlives a
-request it cannot take, paths kept out of error messages, and the schema's sampling ranges against SamplingParams."""
+request it cannot take, paths kept out of error messages, the schema's sampling ranges against SamplingParams, and
+docs/serving.md against the flags of `frame serve`."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import re
+from pathlib import Path
 
 import pytest
 from frame.config import build_config
@@ -15,6 +19,8 @@ from frame.errors import FrameUsageError, InvalidSamplingError
 from frame.sampling_params import SamplingParams
 from frame.server.errors import without_paths
 from frame.server.openapi import SAMPLING_RANGES
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _request(**params) -> EngineRequest:
@@ -73,3 +79,23 @@ def test_the_schema_sampling_ranges_are_sampling_params_own(field):
     if "exclusiveMinimum" in rule:
         assert not accepts(rule["exclusiveMinimum"]) and accepts(rule["exclusiveMinimum"] + eps)
     assert accepts(rule["maximum"]) and not accepts(rule["maximum"] + eps)
+
+
+def _serve_flags() -> list[argparse.Action]:
+    from frame.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    engine = {a.dest for g in parser._action_groups if g.title == "engine" for a in g._group_actions}
+    return [a for a in parser._actions if a.option_strings and a.dest not in engine and a.dest != "help"]
+
+
+def test_every_serve_flag_is_in_serving_md_with_its_default():
+    rows = [line.split("|")[1:3] for line in (DOCS / "serving.md").read_text().splitlines() if line.startswith("| `")]
+    for action in _serve_flags():
+        flag = action.option_strings[0]
+        row = next((r for r in rows if re.search(rf"`{re.escape(flag)}[` /]", r[0])), None)
+        assert row is not None, f"{flag} is missing from the tables of docs/serving.md"
+        if isinstance(action.default, (int, float)) and not isinstance(action.default, bool):
+            numbers = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", row[1].replace(",", ""))]
+            assert float(action.default) in numbers, f"{flag}: docs/serving.md does not give {action.default}"
