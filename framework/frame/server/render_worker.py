@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import struct
 import sys
 from typing import Any, BinaryIO, Union
@@ -84,6 +83,8 @@ def _cap_memory(extra_bytes: int) -> None:
             size_kb = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
     except (OSError, StopIteration):
         return
+    import resource  # POSIX only; /proc above already made this Linux
+
     limit = size_kb * 1024 + extra_bytes
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
