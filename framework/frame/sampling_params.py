@@ -133,3 +133,12 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     def greedy(self) -> bool:
         """True when the most likely token is always taken."""
         return self.temperature == 0.0 or self.top_k == 1
+
+
+def check_speculative_tokens(asked: int | None, limit: int) -> None:
+    """Refuse a request's ``num_speculative_tokens`` above what its engine drafts (0 without a proposer)."""
+    if asked and asked > limit:
+        raise InvalidSamplingError(
+            f"num_speculative_tokens {asked} exceeds this engine's {limit}"
+            + ("" if limit else " (it runs without speculative decoding; start it with --speculative-proposer)")
+            + "; ask for fewer.", param="num_speculative_tokens")

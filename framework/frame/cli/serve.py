@@ -16,6 +16,13 @@ _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars"
 _SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
 
 
+def _check_tool_parser(name: str) -> None:
+    """An unknown or broken ``--tool-parser`` is one line now, not a 500 on the first tool request."""
+    from frame.plugins.registry import PluginRegistry
+
+    PluginRegistry().load("tool_parser", name)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -46,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chat-template worker processes, and tokenizer threads")
     server.add_argument("--tokenize-timeout", type=float, default=10.0,
                         help="seconds a chat template may render, or a prompt tokenise, before a 400")
+    server.add_argument("--tool-parser", default="hermes", metavar="NAME",
+                        help="tool-call parser plugin for chat completions with tool_choice auto (default: hermes)")
     server.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     limits = parser.add_argument_group("request limits")
     limits.add_argument("--max-n", type=int, default=16, help="most completions per request")
@@ -101,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from frame.engine.selection import preflight
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
+    _check_tool_parser(args.tool_parser)
     http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,
                       body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive_timeout,
                       max_connections=args.max_connections)
@@ -109,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
-        tokenize_timeout_s=args.tokenize_timeout, http=http,
+        tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=args.tool_parser,
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
                             max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,
                             max_prompt_chars=args.max_prompt_chars),

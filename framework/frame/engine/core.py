@@ -24,13 +24,14 @@ from frame.engine.scheduler import Scheduler
 from frame.engine.selection import Selection, select
 from frame.engine.structured import StructuredOutputManager
 from frame.engine.worker import head_counts
-from frame.errors import ConfigError, InvalidSamplingError, PromptTooLongError
+from frame.errors import ConfigError, PromptTooLongError
 from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
+from frame.sampling_params import check_speculative_tokens
 from frame.sequence import Sequence, SequenceStatus
 
 log = logging.getLogger("frame.engine")
@@ -110,20 +111,18 @@ class EngineCore:
             )
         return int(blocks)
 
+    @property
+    def max_speculative_tokens(self) -> int:
+        """How many tokens a request may ask to have drafted per step (0 without a proposer)."""
+        return self.config.num_speculative_tokens if self.config.speculative_proposer else 0
+
     # -- requests ---------------------------------------------------------------------------------------
     def check_request(self, req: EngineRequest) -> None:
         """Raise a usage error for a request that could never run (too long for the model)."""
         n = len(req.prompt_token_ids)
         if n == 0:
             raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
-        asked = req.params.num_speculative_tokens
-        if asked:
-            limit = self.config.num_speculative_tokens if self.config.speculative_proposer else 0
-            if asked > limit:
-                raise InvalidSamplingError(
-                    f"num_speculative_tokens {asked} exceeds this engine's {limit}"
-                    + ("" if limit else " (it runs without speculative decoding; start it with --speculative-proposer)")
-                    + "; ask for fewer.", param="num_speculative_tokens")
+        check_speculative_tokens(req.params.num_speculative_tokens, self.max_speculative_tokens)
         max_tokens = req.params.max_tokens or 1
         if n + max_tokens > self.max_model_len:
             raise PromptTooLongError(

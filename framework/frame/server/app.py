@@ -22,6 +22,7 @@ from frame.engine.mp import AsyncEngine, EngineClient, make_client
 from frame.model_source import ModelSource
 from frame.server import chat, completions, routes
 from frame.server.auth import ApiKeyMiddleware
+from frame.server.constraints import ConstraintChecker
 from frame.server.errors import install_error_handlers
 from frame.server.guard import RequestGuard
 from frame.server.metrics import ServerMetrics
@@ -77,8 +78,10 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
         info = client.info
         log.info("engine ready (%s mode, pid %s): %s, max_model_len %d, %d KV blocks", client.mode, client.pid,
                  info.model_name, info.max_model_len, info.num_blocks)
+        stops = sorted({tokenizer.eos_token_id} - {None})
         state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, ServerMetrics(),
-                            Prompts(tokenizer, pool, settings))
+                            Prompts(tokenizer, pool, settings),
+                            ConstraintChecker(config, tokenizer, info.vocab_size, stops))
         app.state.frame = state
 
         async def restart_engine() -> EngineClient:

@@ -9,7 +9,7 @@ engine core's ``check_request`` gives.
 from __future__ import annotations
 
 from frame.errors import FrameUsageError, InvalidSamplingError, PromptTooLongError
-from frame.sampling_params import SamplingParams
+from frame.sampling_params import SamplingParams, StructuredOutputs, check_speculative_tokens
 from frame.server.errors import ServerError
 from frame.server.fields import UINT64_MAX
 from frame.server.schemas import MAX_CACHE_SALT_CHARS, SamplingFields
@@ -59,7 +59,8 @@ def _limit(value: int | None, limit: int | None, param: str, what: str) -> None:
 
 
 def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: int | None,
-                    logprobs: int | None, vocab_size: int) -> SamplingParams:
+                    logprobs: int | None, vocab_size: int, max_speculative_tokens: int = 0,
+                    structured_outputs: StructuredOutputs | None = None) -> SamplingParams:
     """SamplingParams from a request's fields; raises a usage error (400) for anything out of range."""
     if req.logit_bias:
         raise ServerError("logit_bias is not supported by this server.", status=400, code="unsupported",
@@ -81,6 +82,7 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
     if req.stop_token_ids:
         check_token_ids(req.stop_token_ids, vocab_size, "stop_token_ids")
     check_cache_salt(req.cache_salt)
+    check_speculative_tokens(req.num_speculative_tokens, max_speculative_tokens)
     try:
         return SamplingParams(
             n=req.n, temperature=1.0 if req.temperature is None else req.temperature,
@@ -91,7 +93,8 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
             max_tokens=max_tokens, min_tokens=req.min_tokens, stop=stop,
             stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
             include_stop_str_in_output=req.include_stop_str_in_output, logprobs=logprobs,
-            skip_special_tokens=req.skip_special_tokens,
+            skip_special_tokens=req.skip_special_tokens, num_speculative_tokens=req.num_speculative_tokens,
+            structured_outputs=structured_outputs,
         )
     except (TypeError, ValueError) as err:  # msgspec reports a wrong type as TypeError
         raise InvalidSamplingError(f"Invalid sampling parameters: {err}.") from None

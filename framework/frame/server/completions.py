@@ -12,6 +12,7 @@ from starlette.background import BackgroundTask
 
 from frame.outputs import RequestOutput
 from frame.server.checks import check_length, check_model, sampling_params
+from frame.server.constraints import requested_constraint
 from frame.server.deps import cache_salt, check_ids, default_max_tokens, get_state, new_id
 from frame.server.errors import ServerError
 from frame.server.formatting import completion_logprobs, sse, sse_stream, usage
@@ -63,8 +64,13 @@ async def create_completion(req: CompletionRequest, raw: Request,
     limit = state.settings.limits.max_tokens
     if "max_tokens" not in req.model_fields_set and limit is not None:
         max_tokens = min(max_tokens, limit)  # OpenAI's default of 16 never exceeds the operator's limit
+    constraint = requested_constraint(req)
+    if constraint is not None:
+        await state.constraints.check(*constraint)
     params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=req.logprobs,
-                             vocab_size=state.info.vocab_size)
+                             vocab_size=state.info.vocab_size,
+                             max_speculative_tokens=state.info.max_speculative_tokens,
+                             structured_outputs=constraint and constraint[0])
     for job in jobs:
         check_length(len(job.ids), params.max_tokens, state.info.max_model_len)
     gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, cache_salt(raw, req.cache_salt))

@@ -35,6 +35,10 @@ class _EngineCollector(Collector):
             "frame_kv_cache_usage_perc": ("share of KV blocks in use (0 to 1)", s.kv_usage),
             "frame_kv_cache_blocks_in_use": ("KV blocks in use", s.blocks_in_use),
             "frame_kv_cache_blocks_total": ("KV blocks in the pool", s.num_blocks),
+            "frame_spec_decode_acceptance_rate": ("drafts kept / drafts verified (speculative decoding)",
+                                                  s.spec_acceptance_rate),
+            "frame_spec_decode_mean_accepted_length": ("tokens a verification step emits on average",
+                                                       s.spec_mean_accepted_length),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
@@ -43,6 +47,8 @@ class _EngineCollector(Collector):
             "frame_prefix_cache_hits": ("prompt tokens found in the prefix cache", s.prefix_hit_tokens),
             "frame_preemptions": ("sequences preempted", s.preemptions),
             "frame_engine_steps": ("engine steps run", s.steps),
+            "frame_spec_decode_draft_tokens": ("draft tokens verified", s.spec_draft_tokens),
+            "frame_spec_decode_accepted_tokens": ("draft tokens the target kept", s.spec_accepted_tokens),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=value)

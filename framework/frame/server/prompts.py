@@ -20,6 +20,7 @@ from frame.server.render_pool import RenderPool
 from frame.server.render_worker import Init, Render
 from frame.server.schemas import ChatMessage
 from frame.server.settings import ServerSettings
+from frame.server.tools import template_message
 
 T = TypeVar("T")
 #: Address space a render worker may take beyond what it holds after starting.
@@ -101,8 +102,9 @@ class Prompts:
         return chosen
 
     async def chat(self, messages: list[ChatMessage], add_generation_prompt: bool, template: str | None = None,
-                   kwargs: dict[str, Any] | None = None) -> list[int]:
-        """Token ids of a conversation through the chat template (the model's, or a trusted request's)."""
+                   kwargs: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of a conversation through the chat template (the model's, or a trusted request's), with the
+        request's tools when it has any."""
         variables = dict(kwargs or {})
         steering = sorted(self.reserved.intersection(variables))
         if steering:
@@ -112,8 +114,9 @@ class Prompts:
         if own is None and self.pool.init.template is None:
             raise ServerError("This model has no chat template; use /v1/completions.", status=400,
                               code="no_chat_template", param="messages")
-        conversation = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                        for m in messages]
+        conversation = [template_message(m) for m in messages]
+        if tools is not None:
+            variables["tools"] = tools
         text = await self.pool.render(Render(conversation, add_generation_prompt, variables, own, self.max_chars))
         if not text:
             raise FrameUsageError("The chat template rendered these messages as nothing; send other messages.",

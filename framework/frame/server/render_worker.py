@@ -37,7 +37,7 @@ class Init(msgspec.Struct, tag="init"):
 class Render(msgspec.Struct, tag="render"):
     """One conversation; ``template`` replaces the model's (the server allows that only when trusted)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     add_generation_prompt: bool
     variables: dict[str, Any]
     template: str | None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from frame.server.fields import (
     Count,
@@ -24,6 +24,8 @@ from frame.server.fields import (
     TokenId,
     TokenIds,
     TopK,
+    check_template_values,
+    integral,
 )
 
 #: The longest ``cache_salt`` a request may send.
@@ -39,6 +41,36 @@ class StreamOptions(_Strict):
 
     include_usage: bool = False
     continuous_usage_stats: bool = False
+
+
+JsonSchema = Annotated[dict[Text, JsonValue], AfterValidator(check_template_values)]
+
+
+class JsonSchemaFormat(_Strict):
+    """``response_format.json_schema``: OpenAI's named schema."""
+
+    name: Annotated[Text, Field(min_length=1, max_length=64)]
+    description: Text | None = None
+    schema_: JsonSchema | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's ``response_format``: plain text, any JSON object, or JSON that satisfies ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputsField(_Strict):
+    """vLLM's ``structured_outputs``: exactly one of a JSON schema (an object, or its JSON text), any JSON object,
+    a regular expression, a list of choices, or an EBNF grammar."""
+
+    json_: JsonSchema | Text | None = Field(None, alias="json")
+    json_object: bool | None = None
+    regex: NonEmptyText | None = None
+    choice: Annotated[list[NonEmptyText], Field(min_length=1)] | None = None
+    grammar: NonEmptyText | None = None
 
 
 class SamplingFields(_Strict):
@@ -67,6 +99,9 @@ class SamplingFields(_Strict):
     skip_special_tokens: bool = True
     cache_salt: Annotated[Text, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None
     priority: Priority = 0
+    num_speculative_tokens: Annotated[int, Field(ge=0, le=16), BeforeValidator(integral)] | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsField | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -88,13 +123,30 @@ class TextPart(_Strict):
     text: Text
 
 
+class FunctionCall(_Strict):
+    """The function an assistant message called: its name and its arguments' JSON text."""
+
+    name: NonEmptyText
+    arguments: Text
+
+
+class MessageToolCall(_Strict):
+    """A tool call of an earlier assistant message, sent back in the conversation."""
+
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
-    """One message of a conversation. Content is text or a list of text parts."""
+    """One message of a conversation. Content is text or a list of text parts; an assistant message may carry the
+    tool calls it made, and a ``tool`` message answers one (``tool_call_id``)."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
     tool_call_id: Text | None = None
+    tool_calls: list[MessageToolCall] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -104,8 +156,37 @@ class ChatMessage(_Strict):
         return "".join(part.text for part in self.content)
 
 
+class FunctionDefinition(_Strict):
+    """A function the model may call: its name, what it does, and its arguments' JSON schema."""
+
+    name: Annotated[Text, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: Text | None = None
+    parameters: JsonSchema | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: NonEmptyText
+
+
+class NamedToolChoice(_Strict):
+    """``tool_choice`` naming the one function the model must call."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
+
+    tools: Annotated[list[ToolDefinition], Field(min_length=1, max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Count | None = None

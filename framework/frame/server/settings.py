@@ -59,6 +59,8 @@ class ServerSettings:
     trust_request_chat_template: bool = False
     tokenizer_workers: int = 2
     tokenize_timeout_s: float = 10.0
+    #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.
+    tool_parser: str = "hermes"
 
     @property
     def salt_by_key(self) -> bool:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from frame.config import resolve_plugin_options
 from frame.engine.mp import AsyncEngine, EngineClient
 from frame.engine.mp.messages import Ready
+from frame.interfaces.tool_parser import ToolParser
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.registry import PluginRegistry
+from frame.server.constraints import ConstraintChecker
 from frame.server.metrics import ServerMetrics
 from frame.server.prompts import Prompts
 from frame.server.settings import ServerSettings
@@ -29,6 +35,7 @@ class ServerState:
     info: Ready
     metrics: ServerMetrics
     prompts: Prompts
+    constraints: ConstraintChecker
     draining: bool = False
     waiting: int = 0
     created: int = field(default_factory=lambda: int(time.time()))
@@ -40,6 +47,14 @@ class ServerState:
     @property
     def model_name(self) -> str:
         return self.model_names[0]
+
+    @functools.cached_property
+    def tool_parser(self) -> ToolParser:
+        """The ``--tool-parser`` plugin, loaded on the first chat request with ``tool_choice: auto``."""
+        hooks = PluginHooks(PluginRegistry())
+        name = self.settings.tool_parser
+        return hooks.create_tool_parser(name, resolve_plugin_options("tool_parser", name, {},
+                                                                      hooks.options_model("tool_parser", name)))
 
     @property
     def ready(self) -> bool:

@@ -33,7 +33,8 @@ IDLE_WAIT_S = 1.0
 def ready_message(core: EngineCore, pid: int) -> Ready:
     """What the client needs to know about a freshly built core."""
     return Ready(pid=pid, max_model_len=core.max_model_len, vocab_size=int(core.source.hf_config.vocab_size),
-                 num_blocks=core.num_blocks, model_name=core.source.name)
+                 num_blocks=core.num_blocks, model_name=core.source.name,
+                 max_speculative_tokens=core.max_speculative_tokens)
 
 
 class EngineLoop:

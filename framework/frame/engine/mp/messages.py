@@ -45,6 +45,7 @@ class Ready(msgspec.Struct, tag="ready"):
     vocab_size: int
     num_blocks: int
     model_name: str
+    max_speculative_tokens: int = 0
 
 
 class Outputs(msgspec.Struct, tag="outputs"):
