@@ -30,6 +30,7 @@ from frame.config import build_config
 from frame.engine.core import EngineCore
 from frame.engine.protocol import EngineRequest
 from frame.sampling_params import SamplingParams, StructuredOutputs
+from profile_engine_step import find_inside
 
 SCHEMA = {
     "type": "object",
@@ -71,18 +72,6 @@ class Timer:
         return seconds
 
 
-def find_runner(core: EngineCore) -> Any:
-    for path in ("executor.worker.runner", "executor.driver.runner"):
-        obj: Any = core
-        try:
-            for attr in path.split("."):
-                obj = getattr(obj, attr)
-        except AttributeError:
-            continue
-        return obj
-    raise SystemExit("cannot find the model runner inside this EngineCore")
-
-
 def build(batch: int, dtype: str, seed: int, constrained: bool) -> EngineCore:
     core = EngineCore(build_config(dtype=dtype, max_num_seqs=batch, max_model_len=2048, seed=seed))
     rng = random.Random(seed)
@@ -117,7 +106,7 @@ def main() -> None:
     free = build(args.batch, args.dtype, args.seed, constrained=False)
     held = build(args.batch, args.dtype, args.seed, constrained=True)
     fill = Timer(held, "_with_grammar")
-    apply = Timer(find_runner(held), "apply_grammar")
+    apply = Timer(find_inside(held, ("executor.worker.runner", "executor.driver.runner")), "apply_grammar")
     follow = Timer(held, "_follow_grammars")
     parts: dict[str, list[float]] = {"fill masks": [], "apply masks": [], "advance matchers": []}
     free_ms: list[float] = []

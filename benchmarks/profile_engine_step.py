@@ -29,9 +29,9 @@ from frame.engine.protocol import EngineRequest
 from frame.sampling_params import SamplingParams
 
 
-def find_model(core: EngineCore) -> Any:
-    """The engine's model, wherever this version of the engine keeps it."""
-    for path in ("runner.model", "executor.worker.runner.model", "executor.driver.runner.model"):
+def find_inside(core: EngineCore, paths: tuple[str, ...]) -> Any:
+    """The first attribute path of ``paths`` that this version of the engine has (e.g. ``executor.worker.runner``)."""
+    for path in paths:
         obj: Any = core
         try:
             for attr in path.split("."):
@@ -39,7 +39,12 @@ def find_model(core: EngineCore) -> Any:
         except AttributeError:
             continue
         return obj
-    raise SystemExit("cannot find the model inside this EngineCore")
+    raise SystemExit(f"cannot find any of {', '.join(paths)} inside this EngineCore")
+
+
+def find_model(core: EngineCore) -> Any:
+    """The engine's model, wherever this version of the engine keeps it."""
+    return find_inside(core, ("runner.model", "executor.worker.runner.model", "executor.driver.runner.model"))
 
 
 class ModelMeter:
