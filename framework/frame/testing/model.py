@@ -109,10 +109,15 @@ class ModelFamilySuite:
     #: A checkpoint tensor name the family must refuse as unknown (spelled like the family's layer tensors).
     surprise_tensor: ClassVar[str] = "model.layers.0.surprise.weight"
 
+    def registry(self) -> PluginRegistry:
+        """Where the suite finds the family: the installed plugins (a test of a family that is not installed as a
+        wheel registers its module here, see :mod:`frame.testing.registration`)."""
+        return PluginRegistry()
+
     def architectures(self) -> list[str]:
         """The architectures to check with one tiny config each: every one the family lists (a fallback family
         that lists hundreds picks a few)."""
-        return PluginHooks(PluginRegistry()).model_architectures(self.plugin_name)
+        return PluginHooks(self.registry()).model_architectures(self.plugin_name)
 
     def extra_configs(self) -> dict[str, PretrainedConfig]:
         """More configs to check beyond one tiny config per architecture (name -> config)."""
@@ -131,7 +136,7 @@ class ModelFamilySuite:
 
     @pytest.fixture(scope="class")
     def hooks(self) -> PluginHooks:
-        return PluginHooks(PluginRegistry())
+        return PluginHooks(self.registry())
 
     @pytest.fixture(scope="class")
     def platform(self, hooks: PluginHooks):
