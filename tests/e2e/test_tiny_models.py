@@ -1,5 +1,6 @@
 """Every in-tree model family, on tiny random checkpoints made at test time: frame's greedy output equals
-transformers' in float32, through both prefix caches, with chunked prefill and a mixed batch.
+transformers' in float32, through both prefix caches, with chunked prefill and a mixed batch. GPT-NeoX and
+Starcoder2, which no native family claims, run through the transformers fallback family.
 
 Windowed configs have windows of 8 tokens, far shorter than the prompts (about 36 tokens), so a backend or family
 that attends outside a window produces other tokens from the first generated one. A token budget of 16 per step
@@ -21,6 +22,7 @@ from transformers import (
     Gemma3TextConfig,
     GemmaConfig,
     GPT2Config,
+    GPTNeoXConfig,
     GraniteConfig,
     LlamaConfig,
     MistralConfig,
@@ -32,6 +34,7 @@ from transformers import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    Starcoder2Config,
 )
 
 WINDOW = 8
@@ -66,6 +69,9 @@ CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
                                               layer_types=["sliding_attention", "full_attention"]),
     "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=512, vocab_size=49152,
                                initializer_range=0.2, bos_token_id=1, eos_token_id=2),
+    # No native family claims these two: the transformers fallback serves them.
+    "fallback-gpt-neox": lambda: GPTNeoXConfig(**{k: v for k, v in COMMON.items() if k != "num_key_value_heads"}),
+    "fallback-starcoder2-window": lambda: Starcoder2Config(**COMMON, sliding_window=WINDOW),
 }
 
 
@@ -135,3 +141,16 @@ def test_mistral_sliding_window_is_honoured(tmp_path, smol_source, chat_prompts)
         llm.engine.shutdown()
     assert outputs[False] == expected
     assert outputs[True] != expected
+
+
+def test_the_fallback_is_chosen_only_where_no_native_family_claims_and_says_so(tmp_path, smol_source, caplog) -> None:
+    from frame.engine.selection import select_model_family
+    from frame.plugins.hooks import PluginHooks
+    from frame.plugins.registry import PluginRegistry
+
+    hooks = PluginHooks(PluginRegistry())
+    assert hooks.model_is_fallback("transformers") and "LlamaForCausalLM" in hooks.model_architectures("transformers")
+    assert select_model_family(hooks, "LlamaForCausalLM") == "llama"
+    with caplog.at_level("INFO", logger="frame.selection"):
+        assert select_model_family(hooks, "GPTNeoXForCausalLM") == "transformers"
+    assert "model family 'transformers' builds GPTNeoXForCausalLM as the fallback" in caplog.text

@@ -49,7 +49,11 @@ def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | No
         why = hooks.attention_check(name, platform)
         return why is None, why or f"on {platform.name}"
     if kind == "model":
-        return True, ", ".join(hooks.model_architectures(name))
+        architectures = hooks.model_architectures(name)
+        if hooks.model_is_fallback(name):
+            return True, (f"fallback: builds any of {len(architectures)} architectures when no other family lists "
+                          "it")
+        return True, ", ".join(architectures)
     return True, ""
 
 
