@@ -35,6 +35,7 @@ from frame.interfaces.model import CausalLM, WeightSource
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
+from frame.testing.gguf import NoLlamaCppName, write_gguf
 from frame.weights import open_weights
 
 #: Sizes of the tiny models; families whose configs spell these differently override :meth:`tiny_config`.
@@ -108,6 +109,14 @@ class ModelFamilySuite:
     atol: ClassVar[float] = 1e-4
     #: A checkpoint tensor name the family must refuse as unknown (spelled like the family's layer tensors).
     surprise_tensor: ClassVar[str] = "model.layers.0.surprise.weight"
+    def gguf_architecture(self, architecture: str) -> str | None:
+        """llama.cpp's architecture (a ``gguf.MODEL_ARCH`` member name) for the GGUF check of ``architecture``; None
+        (the default, for a family that reads no GGUF) skips the check."""
+        return None
+
+    def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+        """What llama.cpp's converter does to checkpoint tensor ``name`` of this family (nothing, by default)."""
+        return tensor
 
     def registry(self) -> PluginRegistry:
         """Where the suite finds the family: the installed plugins (a test of a family that is not installed as a
@@ -230,6 +239,27 @@ class ModelFamilySuite:
             fresh.load_weights(EditedSource(source, drop=frozenset({dropped})))
         with pytest.raises(ValueError, match=re.escape(repr(self.surprise_tensor))):
             fresh.load_weights(EditedSource(source, add={self.surprise_tensor: torch.zeros(2)}))
+
+    def test_gguf_checkpoint_matches_transformers(self, built, hooks, platform, tmp_path: Path) -> None:
+        """The same checkpoint written as llama.cpp would (gguf-py's names, the converter's transforms) loads into
+        the family and gives transformers' logits."""
+        reference, _, _, folder = built
+        config = reference.config
+        architecture = self.gguf_architecture((getattr(config, "architectures", None) or [""])[0])
+        if architecture is None:
+            pytest.skip("the family lists no llama.cpp architecture for this one")
+        path = tmp_path / "model.gguf"
+        try:
+            write_gguf(open_weights(folder), path, architecture, config.num_hidden_layers,
+                       lambda name, tensor: self.gguf_convert(name, tensor, config))
+        except NoLlamaCppName as err:
+            pytest.skip(f"a variant llama.cpp does not run: {err}")
+        layers = self.make_attention(hooks, platform, config)
+        model = self.make_model(hooks, platform, config, layers)
+        model.load_weights(open_weights(path))
+        ids = self.prompt(6, 13, config.vocab_size)
+        runner = PagedRunner(model, layers[0], 1, 16, torch.float32, platform.device)
+        self.assert_close(runner.step({0: ids})[0], self.reference_logits(reference, ids))
 
     def test_quantization_config_without_a_loader_is_refused(self, built, hooks) -> None:
         """A quantized checkpoint the family cannot load is one sentence naming the field, never wrong numbers."""

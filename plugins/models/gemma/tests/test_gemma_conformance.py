@@ -3,6 +3,7 @@ Gemma 3's query/key norms and local rope, with windows shorter than the suite's 
 
 from __future__ import annotations
 
+import torch
 from frame.testing.model import ModelFamilySuite
 from transformers import PretrainedConfig
 
@@ -10,8 +11,17 @@ from transformers import PretrainedConfig
 class TestGemmaFamily(ModelFamilySuite):
     plugin_name = "gemma"
 
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"GemmaForCausalLM": "GEMMA", "Gemma2ForCausalLM": "GEMMA2",
+                "Gemma3ForCausalLM": "GEMMA3"}.get(architecture)
+
+    def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+        """llama.cpp stores Gemma's norm weights with the one added."""
+        return tensor + 1 if name.endswith("norm.weight") else tensor
+
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
-        extra = {"head_dim": 16, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+        # Tied, as every Gemma is (and as llama.cpp, which has no separate output tensor for Gemma, requires).
+        extra = {"head_dim": 16, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, "tie_word_embeddings": True}
         if architecture != "GemmaForCausalLM":
             # A short window on the local layers, and a pre-attention scalar other than head_dim.
             extra.update(sliding_window=5, query_pre_attn_scalar=24)

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import torch
+from frame.testing.gguf import llama_cpp_permute
 from frame.testing.model import ModelFamilySuite
 from transformers import PretrainedConfig
 
 
 class TestLlamaFamily(ModelFamilySuite):
     plugin_name = "llama"
+
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"LlamaForCausalLM": "LLAMA", "MistralForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2",
+                "GraniteForCausalLM": "GRANITE", "MixtralForCausalLM": "LLAMA"}.get(architecture)
+
+    def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+        """llama.cpp interleaves Llama-style Q/K rows (weights and biases) for its rotary; not Qwen2's."""
+        if config.architectures[0] == "Qwen2ForCausalLM":
+            return tensor
+        if ".self_attn.q_proj." in name:
+            return llama_cpp_permute(tensor, config.num_attention_heads)
+        if ".self_attn.k_proj." in name:
+            return llama_cpp_permute(tensor, config.num_key_value_heads)
+        return tensor
 
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         extra = {}

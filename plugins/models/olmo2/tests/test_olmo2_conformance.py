@@ -9,6 +9,9 @@ from transformers import PretrainedConfig
 class TestOlmo2Family(ModelFamilySuite):
     plugin_name = "olmo2"
 
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"Olmo2ForCausalLM": "OLMO2"}.get(architecture)
+
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         return super().tiny_config(architecture, **{"pad_token_id": 0, "eos_token_id": 1, **overrides})
 

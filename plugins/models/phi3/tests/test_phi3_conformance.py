@@ -9,6 +9,9 @@ from transformers import PretrainedConfig
 class TestPhi3Family(ModelFamilySuite):
     plugin_name = "phi3"
 
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"Phi3ForCausalLM": "PHI3"}.get(architecture)
+
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         return super().tiny_config(architecture, **{"pad_token_id": 0, **overrides})
 

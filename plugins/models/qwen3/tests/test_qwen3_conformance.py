@@ -12,6 +12,10 @@ MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 class TestQwen3Family(ModelFamilySuite):
     plugin_name = "qwen3"
 
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"Qwen3ForCausalLM": "QWEN3", "Qwen3MoeForCausalLM": "QWEN3MOE",
+                "Qwen2MoeForCausalLM": "QWEN2MOE"}.get(architecture)
+
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         extra = {"head_dim": 16} if architecture == "Qwen3ForCausalLM" else dict(MOE, head_dim=16)
         if architecture == "Qwen2MoeForCausalLM":
