@@ -192,3 +192,16 @@ def test_a_backend_that_would_drop_a_window_is_refused_before_loading() -> None:
     assert str(err.value).startswith(
         "The attention backend 'plain' does not implement the attention it was asked for, which layers 0, 1 of this "
         "model need (sliding_window=64); choose another with --attn")
+
+
+def test_model_family_options_are_validated_against_the_family() -> None:
+    from frame.config import build_config
+    from frame.engine.selection import model_options
+    from frame.errors import ConfigError
+
+    hooks = PluginHooks(PluginRegistry())
+    options = model_options(hooks, build_config(model_options={"disable_sliding_window": True}), "gemma")
+    assert options == FamilyOptions(disable_sliding_window=True)
+    with pytest.raises(ConfigError, match="Unknown model 'llama' option key 'disable_window'; did you mean "
+                                          "'disable_sliding_window'"):
+        model_options(hooks, build_config(model_options={"disable_window": True}), "llama")
