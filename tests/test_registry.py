@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from frame import hookimpl
-from frame.errors import IncompatiblePluginError, PluginUnavailableError, UnknownPluginError
+from frame.cli.new_plugin import write_skeleton
+from frame.config import resolve_plugin_options
+from frame.errors import (
+    ConfigError,
+    FrameUsageError,
+    IncompatiblePluginError,
+    PluginImportError,
+    PluginUnavailableError,
+    UnknownPluginError,
+)
 from frame.interfaces.scheduler import SchedulingPolicy
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.testing.registration import plugin_module, registered
+from frame.testing.registration import plugin_module, register_source_tree, registered
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _NewestFirst(SchedulingPolicy):
@@ -49,7 +63,7 @@ def test_incompatible_api_version_is_refused_with_a_message() -> None:
     with pytest.raises(IncompatiblePluginError) as err:
         registry.register("scheduler", "future", _scheduler_plugin(FRAME_API_VERSION=99))
     assert str(err.value) == (
-        "The scheduler plugin 'future' ((registered in-process)) was written for plugin API 99, but this frame "
+        "The scheduler plugin 'future' (registered in-process) was written for plugin API 99, but this frame "
         "implements API 2; install a release of it made for API 2."
     )
     with pytest.raises(IncompatiblePluginError, match="declares no FRAME_API_VERSION"):
@@ -65,20 +79,47 @@ def test_an_api_1_plugin_is_refused_in_one_sentence_naming_what_changed() -> Non
     with pytest.raises(IncompatiblePluginError) as err:
         PluginRegistry().register("scheduler", "old", module)
     message = str(err.value)
-    assert message.startswith("The scheduler plugin 'old' ((registered in-process)) was written for plugin API 1, "
+    assert message.startswith("The scheduler plugin 'old' (registered in-process) was written for plugin API 1, "
                               "but this frame implements API 2 (scheduler plugins now return a SchedulingPolicy")
     assert "see 'Migrating from API 1' in docs/plugins.md" in message and message.count(". ") == 0
     assert message.endswith("install a release of it made for API 2.")
 
 
-def test_misspelled_hook_fails_at_load() -> None:
-    @hookimpl
-    def frame_scheduler_craete(limits, options):  # the typo is the point
-        return None
+def frame_scheduler_craete(limits, options):  # misspelled on purpose, as are the names below
+    return None
 
-    module = plugin_module("typo", frame_scheduler_craete=frame_scheduler_craete)
-    with pytest.raises(IncompatiblePluginError, match="does not match frame's hookspecs"):
-        PluginRegistry().register("scheduler", "typo", module)
+
+def frame_make_coffee():
+    return None
+
+
+def _create_with_optoins(limits, optoins):
+    return _NewestFirst(limits)
+
+
+def _create(limits, options):
+    return _NewestFirst(limits)
+
+
+def _create_undecorated(limits, options):  # hookimpl() marks the function itself, so a second one
+    return _NewestFirst(limits)
+
+
+@pytest.mark.parametrize(("hooks", "problem"), [
+    ({"frame_scheduler_craete": hookimpl(frame_scheduler_craete)},
+     "implements frame_scheduler_craete, which is not a frame hook; did you mean frame_scheduler_create?"),
+    ({"frame_scheduler_create": hookimpl(_create), "frame_make_coffee": hookimpl(frame_make_coffee)},
+     "implements frame_make_coffee, which is not a frame hook; every hook is listed in docs/plugins.md."),
+    ({"frame_scheduler_create": hookimpl(_create_with_optoins)},
+     "implements frame_scheduler_create with an argument 'optoins' that this hook does not pass (it passes limits, "
+     "options); rename or remove that argument."),
+    ({"frame_scheduler_create": _create_undecorated},
+     "defines frame_scheduler_create without the @hookimpl decorator; decorate it (from frame import hookimpl)."),
+], ids=["misspelled", "unknown", "argument", "undecorated"])
+def test_hook_mistakes_are_one_sentence_naming_hook_and_argument(hooks: dict, problem: str) -> None:
+    with pytest.raises(IncompatiblePluginError) as err:
+        PluginRegistry().register("scheduler", "mine", plugin_module("mine", **hooks))
+    assert str(err.value) == f"The scheduler plugin 'mine' (registered in-process) {problem}"
 
 
 def test_plugin_without_its_required_hook_is_refused() -> None:
@@ -161,3 +202,76 @@ def test_auto_attention_passes_over_a_backend_that_cannot_serve_here(monkeypatch
     with pytest.raises(PluginUnavailableError, match="'cpu_paged' needs a C\\+\\+ compiler to build its kernel; "
                                                      "installed backends that would serve here: sdpa"):
         select_attention(hooks, "cpu_paged", platform)
+
+
+class _Lenient(BaseModel):
+    """An options model that would let anything through on its own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_waiting: int = 8
+    budget: int = Field(4, alias="token_budget")
+
+
+def test_unknown_option_keys_are_refused_even_when_the_model_allows_extras() -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve_plugin_options("scheduler", "sjf", {"max_wait": 3}, _Lenient)
+    assert str(err.value) == (
+        "Unknown scheduler 'sjf' option key 'max_wait'; did you mean 'max_waiting'? valid keys: max_waiting, budget."
+    )
+    assert resolve_plugin_options("scheduler", "sjf", {"token_budget": 2}, _Lenient).budget == 2
+
+
+def test_the_message_is_the_one_lpm_gives() -> None:
+    from frame_scheduler_lpm.scheduler import LpmOptions
+
+    with pytest.raises(ConfigError) as err:
+        resolve_plugin_options("scheduler", "lpm", {"max_waiting_for_lmp": 3}, LpmOptions)
+    assert str(err.value) == (
+        "Unknown scheduler 'lpm' option key 'max_waiting_for_lmp'; did you mean 'max_waiting_for_lpm'? valid keys: "
+        "max_waiting_for_lpm, in_batch_prefix_tokens."
+    )
+
+
+@pytest.fixture
+def source_tree(tmp_path: Path) -> Iterator[Path]:
+    """A scheduler skeleton from `frame new-plugin`, registered from its folder for the test."""
+    folder = write_skeleton("scheduler", "from_src", tmp_path)
+    undo = register_source_tree(folder)
+    yield folder
+    undo()
+    for name in [m for m in sys.modules if m.startswith("frame_scheduler_from_src")]:
+        del sys.modules[name]
+    assert str(folder) not in sys.path and "from_src" not in PluginRegistry().names("scheduler")
+
+
+def test_a_source_tree_is_listed_and_loaded_as_if_installed(source_tree: Path) -> None:
+    registry = PluginRegistry()
+    info = registry.info("scheduler", "from_src")
+    assert (info.distribution, info.version, info.source) == ("frame-scheduler-from-src", "0.1.0", source_tree)
+    module = registry.load("scheduler", "from_src")
+    assert Path(module.__file__) == source_tree / "frame_scheduler_from_src" / "plugin.py"
+
+
+def test_a_source_tree_that_fails_to_import_is_one_sentence(source_tree: Path) -> None:
+    plugin = source_tree / "frame_scheduler_from_src" / "plugin.py"
+    plugin.write_text(plugin.read_text() + "\nimport not_a_real_dependency\n")
+    with pytest.raises(PluginImportError) as err:
+        PluginRegistry(allow=frozenset({"from_src", "fcfs"})).load("scheduler", "from_src")
+    assert str(err.value) == (
+        f"The scheduler plugin 'from_src' from the source tree of frame-scheduler-from-src 0.1.0 at {source_tree} "
+        "failed to import (ModuleNotFoundError: No module named 'not_a_real_dependency'); fix it or choose another "
+        "of: fcfs (--sched)."
+    )
+
+
+def test_a_folder_without_frame_entry_points_is_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(FrameUsageError, match=r"has no pyproject\.toml; pass the plugin's folder"):
+        register_source_tree(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "frame-nothing"\n')
+    with pytest.raises(FrameUsageError) as err:
+        register_source_tree(tmp_path)
+    assert str(err.value) == (
+        f'{tmp_path / "pyproject.toml"} declares no frame plugin; add an entry point under '
+        '[project.entry-points."frame.<kind>"] (see docs/plugins.md).'
+    )

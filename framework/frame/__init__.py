@@ -1,8 +1,7 @@
 """frame: a plugin-first LLM inference and serving engine.
 
 Public API: :class:`LLM`, :class:`SamplingParams`, the result types, ``hookimpl`` for plugin authors and the
-usage errors. Plugin authors also use ``frame.interfaces``, ``frame.hookspecs``, ``frame.scheduling``,
-``frame.sequence``, ``frame.weights`` and ``frame.testing``.
+usage errors. Plugins import only the modules in :data:`frame.plugins.public.PUBLIC_MODULES` (docs/plugins.md).
 """
 
 from frame.errors import FrameUsageError

@@ -54,6 +54,13 @@ class EngineConfig(BaseModel):
     cuda_graphs: bool = Field(
         True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda) and "
         "the attention backend allows it; off: every step runs eagerly")
+    speculative_proposer: str | None = Field(
+        None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
+    num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")
+    speculative_options: dict[str, Any] = Field(default_factory=dict, description="options of the proposer plugin")
+    grammar_backend: str = Field("xgrammar", description="structured-output grammar backend plugin (requests' "
+                                 "response_format / structured_outputs)")
+    grammar_options: dict[str, Any] = Field(default_factory=dict, description="options of the grammar backend")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
@@ -69,19 +76,36 @@ class EngineConfig(BaseModel):
 
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
-                   "scheduler": "sched_options", "model": "model_options"}
+                   "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options",
+                   "model": "model_options"}
+#: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
+SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
+                       "options": "speculative_options"}
+
+
+def unknown_key_error(key: str, model: type[BaseModel], where: str = "config") -> ConfigError:
+    """One sentence naming an unknown key, the closest valid one and every valid one."""
+    valid = list(model.model_fields)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return ConfigError(f"Unknown {where} key '{key}'; {hint}valid keys: {', '.join(valid) or '(none)'}.", param=key)
 
 
 def config_error(err: ValidationError, model: type[BaseModel], where: str = "config") -> ConfigError:
     """Turn pydantic's report into one sentence naming the key and, for unknown keys, the valid ones."""
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    valid = list(model.model_fields)
     if first["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(first["loc"][-1]), valid, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return ConfigError(f"Unknown {where} key '{key}'; {hint}valid keys: {', '.join(valid)}.", param=key)
+        return unknown_key_error(key, model, where)
     return ConfigError(f"Invalid {where} value for '{key}': {first['msg']}.", param=key)
+
+
+def _accepted_keys(model: type[BaseModel]) -> set[str]:
+    """Field names and their string aliases: the keys a plugin's options model reads."""
+    keys = set(model.model_fields)
+    for field in model.model_fields.values():
+        keys.update(a for a in (field.alias, field.validation_alias) if isinstance(a, str))
+    return keys
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -97,7 +121,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def build_config(file_values: dict[str, Any] | None = None, **flags: Any) -> EngineConfig:
     """Merge a config file's values with flags (flags that are None are not given and do not override)."""
-    merged = dict(file_values or {})
+    merged = _flatten_speculative(dict(file_values or {}))
     for key, value in flags.items():
         if value is None:
             continue
@@ -111,10 +135,30 @@ def build_config(file_values: dict[str, Any] | None = None, **flags: Any) -> Eng
         raise config_error(err, EngineConfig) from None
 
 
+def _flatten_speculative(values: dict[str, Any]) -> dict[str, Any]:
+    """A ``speculative:`` mapping becomes the ``speculative_*`` keys (one name per setting, as the flags have)."""
+    section = values.pop("speculative", None)
+    if section is None:
+        return values
+    if not isinstance(section, dict):
+        raise ConfigError("The config key 'speculative' must be a mapping with proposer, num_speculative_tokens and "
+                          "options.", param="speculative")
+    for key, value in section.items():
+        if key not in SPECULATIVE_SECTION:
+            raise ConfigError(f"Unknown config key 'speculative.{key}'; valid keys: "
+                              f"{', '.join(SPECULATIVE_SECTION)}.", param=f"speculative.{key}")
+        values[SPECULATIVE_SECTION[key]] = value
+    return values
+
+
 def resolve_plugin_options(
     kind: str, name: str, values: dict[str, Any], options_model: type[BaseModel] | None
 ) -> BaseModel | None:
-    """Validate a plugin's option values against its options model (keys must exist)."""
+    """Validate a plugin's option values against its options model.
+
+    Keys the model does not declare are refused whatever the model's own ``extra`` setting, so a misspelled
+    option never passes silently.
+    """
     if options_model is None:
         if values:
             raise ConfigError(
@@ -122,6 +166,9 @@ def resolve_plugin_options(
                 param=OPTION_SECTIONS.get(kind),
             )
         return None
+    unknown = [key for key in values if key not in _accepted_keys(options_model)]
+    if unknown:
+        raise unknown_key_error(unknown[0], options_model, where=f"{kind} '{name}' option")
     try:
         return options_model(**values)
     except ValidationError as err:

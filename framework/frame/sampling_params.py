@@ -14,13 +14,57 @@ from frame.errors import InvalidSamplingError
 MAX_LOGPROBS = 20
 
 
+class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A constraint on a request's output, as vLLM's ``structured_outputs``: exactly one of
+
+    - ``json``: a JSON schema (as JSON text), the output is a JSON value that satisfies it;
+    - ``json_object``: True, the output is any JSON object;
+    - ``regex``: the output matches this regular expression;
+    - ``choice``: the output is one of these strings;
+    - ``grammar``: the output is derived from this EBNF (GBNF) grammar's ``root`` rule.
+
+    The grammar backend (``--grammar-backend``, in-tree ``xgrammar``) compiles it once per distinct constraint and
+    masks every token that would leave it. A constraint it cannot compile is a usage error naming the field.
+    """
+
+    json: str | None = None
+    json_object: bool = False
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None]
+        given += ["json_object"] if self.json_object else []
+        if len(given) != 1:
+            raise InvalidSamplingError(
+                "structured_outputs must set exactly one of json, json_object, regex, choice and grammar, got "
+                f"{', '.join(given) or 'none'}.", param="structured_outputs")
+        if self.choice is not None and (not self.choice or any(not c for c in self.choice)):
+            raise InvalidSamplingError("structured_outputs.choice must list at least one non-empty string.",
+                                       param="structured_outputs.choice")
+
+    @property
+    def kind(self) -> str:
+        """Which constraint this is: ``json``, ``json_object``, ``regex``, ``choice`` or ``grammar``."""
+        for name in ("json", "regex", "choice", "grammar"):
+            if getattr(self, name) is not None:
+                return name
+        return "json_object"
+
+    def key(self) -> str:
+        """A text that equals another's exactly when the constraints are the same (for compile caches)."""
+        return msgspec.json.encode(self).decode()
+
+
 class SamplingParams(msgspec.Struct, kw_only=True):
     """Sampling and stopping rules for one request.
 
     ``temperature == 0`` means greedy. ``top_k`` of ``None`` (or vLLM's ``-1``/``0``) means no top-k cut.
     ``logprobs=N`` returns the N most likely tokens' logprobs (and the sampled one's) at each step.
     ``n`` completions are generated per prompt; each is an independent sequence in the engine that shares the
-    prompt's KV through the prefix cache.
+    prompt's KV through the prefix cache. ``num_speculative_tokens`` caps the drafts verified per step for this
+    request when the engine speculates (0: none; None: the engine's count).
     """
 
     n: int = 1
@@ -40,6 +84,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     include_stop_str_in_output: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
+    num_speculative_tokens: int | None = None
+    structured_outputs: StructuredOutputs | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -74,6 +120,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("min_tokens", f"must be at least 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.num_speculative_tokens is not None and not 0 <= self.num_speculative_tokens <= 16:
+            raise bad("num_speculative_tokens", f"must be between 0 and 16, got {self.num_speculative_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
         if any(not s for s in self.stop):

@@ -50,6 +50,8 @@ class Sequence:
     num_preemptions: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     stop_reason: int | str | None = None
+    #: Draft tokens a proposer offered after the last step, to be verified in the next (speculative decoding).
+    spec_token_ids: list[int] = field(default_factory=list)
     _all_token_ids: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +103,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Forget all KV progress after a preemption; the tokens themselves are kept and recomputed."""
         self.num_computed_tokens = 0
+        self.spec_token_ids = []
         self.num_preemptions += 1
         self.status = SequenceStatus.PREEMPTED
 

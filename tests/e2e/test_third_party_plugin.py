@@ -1,120 +1,328 @@
-"""A third party ships a scheduler wheel: built with pip, installed, listed, used; a broken one beside it is skipped."""
+"""Third parties ship plugins of every kind, as a new author would, and a broken one never takes the others down.
+
+For each kind, `frame new-plugin` writes the skeleton, the author fills it in (the files in ``third_party/`` and a
+few edits) and runs its own tests before installing anything; then builds the wheel. A user installs the wheels
+into a fresh venv from a folder of wheels, frame-engine's own among them, runs `frame plugins` and generates with
+them. Beside them sits a wheel whose plugins raise in their probing hooks or fail to import.
+
+No index is reachable here, and torch, transformers and the rest cannot be rebuilt as wheels, so each fresh venv
+sees them through a read-only layer: a folder of symlinks to this project's installed third-party packages, minus
+frame and every frame plugin, added to the venv by a ``.pth`` file. pip takes those as already installed; every
+frame distribution comes only from the wheel folder (``--no-index --find-links``, no pip config), and
+frame-engine's wheel is built once per session from a copy of this checkout.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+from frame.plugin_templates import TEMPLATES
+from frame.version import API_VERSION
 
-FRAME = [sys.executable, "-m", "frame.cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+FILLED = Path(__file__).parent / "third_party"
+#: kind -> the plugin each kind's author writes (its filled-in module is third_party/<the kind's module>.py).
+AUTHORED = {"platform": "plain_cpu", "attention": "gather", "cache": "noshare", "scheduler": "sjf", "model": "gpt2"}
+#: In-tree plugins built beside frame-engine: the suites run on cpu/sdpa, generations use the defaults and llama.
+IN_TREE = ["platforms/cpu", "attention/sdpa", "caches/hashchain", "schedulers/fcfs", "models/llama"]
+QUESTION = "What is the capital of France?"
 
-GOOD_PLUGIN = '''
-"""Last-in-first-out admission: a third-party scheduler policy."""
-
-from frame import hookimpl
-from frame.interfaces.scheduler import SchedulingPolicy
-
-FRAME_API_VERSION = 2
-
-
-class LifoPolicy(SchedulingPolicy):
-    def admission_order(self, waiting, prefix):
-        return sorted(waiting, key=lambda s: -s.arrival_time)
-
-    def preemption_victim(self, running):
-        return running[-1]
+pytestmark = pytest.mark.slow
 
 
-@hookimpl
-def frame_scheduler_create(limits, options):
-    return LifoPolicy(limits)
-'''
+@dataclass
+class Venv:
+    """A fresh virtual environment and the environment variables to run its commands with."""
 
-BROKEN_PLUGIN = '''
-import not_a_real_dependency  # noqa: F401  (the point: this wheel forgot a dependency)
+    path: Path
+    env: dict[str, str]
 
-FRAME_API_VERSION = 2
-'''
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+    def run(self, *args: str | Path, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(a) for a in args], env=self.env, cwd=cwd, capture_output=True, text=True,
+                                timeout=600)
+        if check:
+            assert result.returncode == 0, f"{args}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        return result
+
+    def frame(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(self.path / "bin" / "frame", *args, check=check)
+
+    def install(self, index: Path, *requirements: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "--python", self.python, "install", "--quiet", "--no-index",
+                        "--find-links", str(index), *requirements], env=self.env, check=True)
 
 
-def _write_wheel_source(root: Path, name: str, code: str) -> Path:
-    folder = root / f"frame-scheduler-{name}"
-    package = folder / f"frame_scheduler_{name}"
+def _copy_source(source: Path, target: Path, parts: tuple[str, ...] | None = None) -> Path:
+    """A clean copy of a distribution's source (``parts`` of it), so building it leaves nothing in the checkout."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "tests")
+    target.mkdir(parents=True)
+    for part in parts or [p.name for p in source.iterdir()]:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, target / part, ignore=ignore)
+        elif not ignore(str(source), [part]):
+            shutil.copy(source / part, target / part)
+    return target
+
+
+@pytest.fixture(scope="session")
+def wheel_folder(tmp_path_factory) -> Path:
+    """frame-engine's wheel and the in-tree plugin wheels, built once per session into one folder."""
+    root = tmp_path_factory.mktemp("index")
+    sources = [_copy_source(ROOT, root / "core", ("pyproject.toml", "README.md", "framework")),
+               *(_copy_source(ROOT / "plugins" / p, root / p) for p in IN_TREE)]
+    folder = root / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+                    str(folder), *map(str, sources)], check=True, env=dict(os.environ, PIP_CONFIG_FILE=os.devnull))
+    assert len(list(folder.glob("frame_engine-*.whl"))) == 1
+    return folder
+
+
+@pytest.fixture(scope="session")
+def layer(tmp_path_factory) -> Path:
+    """Symlinks to this project's installed packages, except frame, frame plugins and editable-install hooks."""
+    folder = tmp_path_factory.mktemp("layer")
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        name = entry.name
+        if name.startswith(("frame", "__editable__", "__pycache__")) or name.endswith(".pth"):
+            continue
+        (folder / name).symlink_to(entry)
+    return folder
+
+
+def _fresh_venv(path: Path, layer: Path) -> Venv:
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(path)],
+                   check=True)
+    site = Path(subprocess.run([str(path / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    (site / "_read_only_layer.pth").write_text(f"{layer}\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "FRAME_PLUGINS", "FRAME_DISABLE_PLUGINS")}
+    env.update(PATH=f"{path / 'bin'}{os.pathsep}{env.get('PATH', '')}", PIP_CONFIG_FILE=os.devnull,
+               XDG_CACHE_HOME=str(path / "xdg-cache"))
+    return Venv(path, env)
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"the skeleton's {path.name} changed; update this test's edit of it"
+    path.write_text(text.replace(old, new))
+
+
+def _fill_in(kind: str, folder: Path) -> None:
+    """What the author writes into the skeleton: the kind's module, and for some kinds a hook or a test setting."""
+    package = folder / f"frame_{kind}_{AUTHORED[kind]}"
+    module = TEMPLATES[kind].module
+    shutil.copy(FILLED / f"{module}.py", package / f"{module}.py")
+    plugin, tests = package / "plugin.py", folder / "tests" / "test_conformance.py"
+    if kind == "attention":  # plain torch: it serves the third-party plain_cpu platform too
+        _edit(plugin, 'return ["cpu", "cuda", "rocm"]', 'return ["cpu", "plain_cpu", "cuda", "rocm"]')
+    if kind == "model":
+        _edit(plugin, "    return []\n", '    return ["GPT2LMHeadModel"]\n')
+        _edit(tests, '    plugin_name = "gpt2"\n', textwrap.indent(textwrap.dedent('''
+            plugin_name = "gpt2"
+
+            def tiny_config(self, architecture, **overrides):
+                # GPT-2 has no grouped-query attention: as many KV heads as query heads.
+                return super().tiny_config(architecture, num_key_value_heads=4, **overrides)
+        ''').lstrip(), "    "))
+    if kind == "platform":
+        plugin.write_text(plugin.read_text() + textwrap.dedent('''
+
+            @hookimpl
+            def frame_platform_priority() -> int:
+                """Below the cpu platform's 0: --platform auto takes this one only when nothing else can run."""
+                return -1
+        '''))
+
+
+@pytest.fixture(scope="module")
+def authored(wheel_folder: Path, layer: Path, tmp_path_factory) -> dict[str, dict[str, int]]:
+    """Each kind's skeleton written by `frame new-plugin`, filled in, its tests run before anything of it is
+    installed, then its wheel built into the wheel folder. Returns each kind's test outcomes."""
+    root = tmp_path_factory.mktemp("authors")
+    author = _fresh_venv(root / "venv", layer)
+    author.install(wheel_folder, "frame-engine", "frame-platform-cpu", "frame-attention-sdpa")
+    # `frame new-plugin` once per kind, through the installed command's main() in one process (the interpreter
+    # and frame start once instead of five times).
+    argv = [["new-plugin", "--kind", kind, "--name", name, "--dir", str(root)] for kind, name in AUTHORED.items()]
+    author.run(author.python, "-c", f"from frame.cli.main import main\nfor a in {argv!r}:\n    assert main(a) == 0")
+    folders = {kind: root / f"frame-{kind}-{name.replace('_', '-')}" for kind, name in AUTHORED.items()}
+    for kind, folder in folders.items():
+        _fill_in(kind, folder)
+    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *map(str, folders.values())],
+                          capture_output=True, text=True)
+    assert ruff.returncode == 0, ruff.stdout  # what the author wrote keeps the skeleton's ruff settings
+    # Each folder's tests as its README says, in one pytest session (importlib mode: every folder has a
+    # tests/test_conformance.py); each folder's own conftest registers it from its source tree.
+    report = root / "report.xml"
+    author.run(author.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+               f"--junitxml={report}", *(folder / "tests" for folder in folders.values()), cwd=root, check=False)
+    outcomes = _outcomes(report, folders)
+    author.run(author.python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+               wheel_folder, *folders.values(), _broken_wheel_source(root))
+    return outcomes
+
+
+def _outcomes(report: Path, folders: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """Per kind, how many of its tests passed, failed (or errored) and were skipped, from pytest's JUnit XML
+    (each skeleton's test class is Test<Name><Kind>)."""
+    outcomes = {kind: {"passed": 0, "failed": 0, "skipped": 0} for kind in folders}
+    classes = {f"Test{''.join(p.capitalize() for p in AUTHORED[k].split('_'))}{k.capitalize()}": k for k in folders}
+    for case in ElementTree.parse(report).iter("testcase"):
+        classname = case.get("classname", "")
+        kind = classes.get(classname.rsplit(".", 1)[-1]) or next(
+            (k for k, folder in folders.items() if folder.name in classname), None)
+        assert kind is not None, ElementTree.tostring(case, encoding="unicode")
+        tags = {child.tag for child in case}
+        result = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        outcomes[kind][result] += 1
+    return outcomes
+
+
+@pytest.mark.parametrize("kind", list(AUTHORED))
+def test_each_kinds_own_tests_pass_before_it_is_installed(kind: str, authored) -> None:
+    outcome = authored[kind]
+    assert outcome["failed"] == 0 and outcome["passed"] >= 5, outcome
+
+
+@pytest.fixture(scope="module")
+def user(authored, wheel_folder: Path, layer: Path, tmp_path_factory) -> Venv:
+    """A fresh venv where frame-engine comes in only as the plugins' dependency, from the wheel folder."""
+    venv = _fresh_venv(tmp_path_factory.mktemp("user") / "venv", layer)
+    venv.install(wheel_folder, *(f"frame-{kind}-{name.replace('_', '-')}" for kind, name in AUTHORED.items()),
+                 "frame-broken-probes", "frame-platform-cpu", "frame-attention-sdpa", "frame-cache-hashchain",
+                 "frame-scheduler-fcfs", "frame-model-llama")
+    return venv
+
+
+def test_frame_plugins_lists_them_and_gives_each_broken_one_a_row(user: Venv) -> None:
+    rows = {(r["kind"], r["name"]): r for r in json.loads(user.frame("plugins", "--json").stdout)}
+    for kind, name in AUTHORED.items():
+        row = rows[(kind, name)]
+        assert (row["wheel"], row["version"], row["runs_here"]) == (f"frame-{kind}-{name.replace('_', '-')}",
+                                                                    "0.1.0", True), row
+    assert rows[("model", "gpt2")]["why"] == "GPT2LMHeadModel"
+    origin = "(wheel frame-broken-probes 1.0.0) cannot run here: its"
+    fix = "fix or reinstall that wheel, or choose another of:"
+    expected = {
+        ("platform", "raising"): f"The platform plugin 'raising' {origin} frame_platform_check raised RuntimeError: "
+                                 f"no device probe today; {fix} cpu, plain_cpu (--platform).",
+        ("attention", "raising_list"): f"The attention plugin 'raising_list' {origin} frame_attention_platforms "
+                                       f"raised KeyError: 'platforms'; {fix} gather, raising_check, sdpa (--attn).",
+        ("attention", "raising_check"): "cannot run here: its frame_attention_check raised OSError: driver gone "
+                                        "(wheel frame-broken-probes 1.0.0)",
+        ("model", "raising"): f"The model plugin 'raising' {origin} frame_model_architectures raised ValueError: bad "
+                              f"table; {fix} gpt2, llama (chosen by the checkpoint's architectures).",
+        ("scheduler", "missing"): "The scheduler plugin 'missing' from wheel frame-broken-probes 1.0.0 failed to "
+                                  "import (ModuleNotFoundError: No module named 'not_a_real_dependency'); reinstall "
+                                  "that wheel or choose another of: fcfs, sjf (--sched).",
+    }
+    for key, why in expected.items():
+        assert (rows[key]["runs_here"], rows[key]["why"]) == (False, why)
+    assert rows[("platform", "cpu")]["runs_here"] and rows[("attention", "sdpa")]["runs_here"]
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(smol_source, tmp_path_factory) -> Path:
+    """A random two-layer GPT-2 with the bundled model's tokenizer: only the third-party family builds it."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(smol_source.tokenizer), n_positions=256, n_embd=64, n_layer=2, n_head=4)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    smol_source.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_one_engine_runs_on_the_five_third_party_plugins(user: Venv, tiny_gpt2: Path) -> None:
+    out = user.frame("generate", "--model", tiny_gpt2, "--platform", "plain_cpu", "--attn", "gather", "--cache",
+                     "noshare", "--sched", "sjf", "--raw", "--prompt", QUESTION, "--prompt", QUESTION,
+                     "--max-tokens", "8", "-v")
+    requests = [line for line in out.stderr.splitlines() if line.startswith("request ")]
+    # noshare reuses nothing, so even the repeated prompt computes all of its tokens.
+    assert len(requests) == 2 and all(" 0 of them cached; 8 generated (length)" in r for r in requests), out.stderr
+
+
+def test_the_default_generation_passes_over_the_broken_plugins(user: Venv) -> None:
+    # Auto platform, auto backend and the family lookup for the bundled SmolLM2 each meet a plugin that raises.
+    out = user.frame("generate", "--prompt", QUESTION, "--max-tokens", "8", "--dtype", "float32",
+                     "--max-model-len", "256")
+    assert "Paris" in out.stdout, out.stdout
+    assert not out.stderr.strip(), out.stderr
+
+
+def test_choosing_a_plugin_whose_probe_raises_is_one_line(user: Venv) -> None:
+    out = user.frame("generate", "--prompt", "hi", "--platform", "raising", check=False)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: The platform plugin 'raising' (wheel frame-broken-probes 1.0.0) cannot run here: its "
+        "frame_platform_check raised RuntimeError: no device probe today; fix or reinstall that wheel, or choose "
+        "another of: cpu, plain_cpu (--platform)."
+    ]
+
+
+def _broken_wheel_source(root: Path) -> Path:
+    """One wheel holding a platform, two backends and a family whose probing hooks raise, and a scheduler that
+    does not import."""
+    folder = root / "frame-broken-probes"
+    package = folder / "frame_broken_probes"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "plugin.py").write_text(code)
-    (folder / "pyproject.toml").write_text(textwrap.dedent(f'''
+    header = f"from frame import hookimpl\n\nFRAME_API_VERSION = {API_VERSION}\n\n\n"
+    modules = {
+        "platform": "@hookimpl\ndef frame_platform_check():\n    raise RuntimeError('no device probe today')\n\n\n"
+                    "@hookimpl\ndef frame_platform_create(options):\n    raise AssertionError('never created')\n",
+        "attention_list": "@hookimpl\ndef frame_attention_platforms():\n    raise KeyError('platforms')\n\n\n"
+                          "@hookimpl\ndef frame_attention_create(num_heads):\n    raise AssertionError('never')\n",
+        "attention_check": "@hookimpl\ndef frame_attention_platforms():\n    return ['cpu']\n\n\n"
+                           "@hookimpl\ndef frame_attention_check(platform):\n    raise OSError('driver gone')\n\n\n"
+                           "@hookimpl\ndef frame_attention_create(num_heads):\n    raise AssertionError('never')\n",
+        "model": "@hookimpl\ndef frame_model_architectures():\n    raise ValueError('bad table')\n\n\n"
+                 "@hookimpl\ndef frame_model_create(hf_config):\n    raise AssertionError('never')\n",
+    }
+    for module, body in modules.items():
+        (package / f"{module}.py").write_text(header + body)
+    (package / "scheduler.py").write_text("import not_a_real_dependency  # noqa: F401  (the wheel forgot it)\n")
+    (folder / "pyproject.toml").write_text(textwrap.dedent('''
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
 
         [project]
-        name = "frame-scheduler-{name}"
-        version = "1.2.3"
-        dependencies = ["frame>=0.1"]
+        name = "frame-broken-probes"
+        version = "1.0.0"
+        dependencies = ["frame-engine>=0.1"]
+
+        [project.entry-points."frame.platforms"]
+        raising = "frame_broken_probes.platform"
+
+        [project.entry-points."frame.attention"]
+        raising_list = "frame_broken_probes.attention_list"
+        raising_check = "frame_broken_probes.attention_check"
+
+        [project.entry-points."frame.models"]
+        raising = "frame_broken_probes.model"
 
         [project.entry-points."frame.schedulers"]
-        {name} = "frame_scheduler_{name}.plugin"
+        missing = "frame_broken_probes.scheduler"
 
         [tool.setuptools]
-        packages = ["frame_scheduler_{name}"]
+        packages = ["frame_broken_probes"]
     '''))
     return folder
-
-
-@pytest.fixture(scope="module")
-def plugin_env(tmp_path_factory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("third_party")
-    wheels, site = root / "wheels", root / "site"
-    for name, code in (("lifo", GOOD_PLUGIN), ("broken", BROKEN_PLUGIN)):
-        source = _write_wheel_source(root / "src", name, code)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "-w", str(wheels), str(source)], check=True)
-    built = sorted(str(p) for p in wheels.glob("*.whl"))
-    assert len(built) == 2
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), *built],
-                   check=True)
-    env = dict(os.environ, PYTHONPATH=str(site), XDG_CACHE_HOME=str(root / "xdg"))
-    env.pop("FRAME_PLUGINS", None)
-    return env
-
-
-def test_listed_by_frame_plugins_and_the_broken_one_reported(plugin_env) -> None:
-    out = subprocess.run([*FRAME, "plugins", "--json"], env=plugin_env, capture_output=True, text=True, check=True)
-    rows = {(r["kind"], r["name"]): r for r in json.loads(out.stdout)}
-    good = rows[("scheduler", "lifo")]
-    assert (good["wheel"], good["version"], good["runs_here"]) == ("frame-scheduler-lifo", "1.2.3", True)
-    broken = rows[("scheduler", "broken")]
-    assert not broken["runs_here"]
-    assert broken["why"] == (
-        "The scheduler plugin 'broken' from wheel frame-scheduler-broken 1.2.3 failed to import "
-        "(ModuleNotFoundError: No module named 'not_a_real_dependency'); reinstall that wheel or choose another of: "
-        "fcfs, lifo, lpm, priority."
-    )
-    assert rows[("cache", "hashchain")]["runs_here"]
-
-
-def test_generates_with_the_third_party_scheduler(plugin_env) -> None:
-    out = subprocess.run(
-        [*FRAME, "generate", "--prompt", "What is the capital of France?", "--sched", "lifo", "--max-tokens", "12",
-         "--dtype", "float32", "--max-model-len", "256"],
-        env=plugin_env, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "Paris" in out.stdout
-
-
-def test_selecting_the_broken_plugin_is_one_line_error(plugin_env) -> None:
-    out = subprocess.run([*FRAME, "generate", "--prompt", "hi", "--sched", "broken"], env=plugin_env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        "error: The scheduler plugin 'broken' from wheel frame-scheduler-broken 1.2.3 failed to import "
-        "(ModuleNotFoundError: No module named 'not_a_real_dependency'); reinstall that wheel or choose another "
-        "of: fcfs, lifo, lpm, priority."
-    ]

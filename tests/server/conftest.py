@@ -96,25 +96,36 @@ def stop_serve(server: Server) -> None:
             server.proc.wait()
 
 
+#: The limits the hostile-request tests probe: request templates are trusted here (so that their time and size
+#: limits are what refuses them), with short time limits so those tests stay quick.
+LIMITS = {"tokenize_timeout_s": 3.0, "header_timeout_s": 3.0, "body_timeout_s": 3.0, "inproc_max_connections": 48}
+MP_ARGS = ["--max-n", "8", "--max-logprobs", "5", "--max-waiting-requests", "256", "--trust-request-chat-template",
+           "--tokenize-timeout", str(LIMITS["tokenize_timeout_s"]), "--header-timeout", str(LIMITS["header_timeout_s"]),
+           "--body-timeout", str(LIMITS["body_timeout_s"])]
+
+
 @pytest.fixture(scope="session")
 def mp_server(tmp_path_factory) -> Server:
     """`frame serve` with the engine core in its own process (the default)."""
-    server = start_serve(tmp_path_factory.mktemp("mp"), "--max-n", "8", "--max-logprobs", "5")
+    server = start_serve(tmp_path_factory.mktemp("mp"), *MP_ARGS)
     yield server
     stop_serve(server)
 
 
 @pytest.fixture(scope="session")
 def inproc_server() -> Server:
-    """The same app with ``--engine inproc``, served by uvicorn in a thread of the test process."""
+    """The same app with ``--engine inproc`` and the default template and time limits, served by uvicorn in a
+    thread of the test process."""
     from frame.config import build_config
-    from frame.server import ServerLimits, ServerSettings, build_app
+    from frame.server import HttpLimits, ServerLimits, ServerSettings, build_app
     from frame.server.runner import server_for
 
     config = build_config(max_model_len=1024, num_kv_blocks=512, platform_options={"threads": 1}, dtype="float32")
-    app = build_app(config, ServerSettings(engine_mode="inproc", limits=ServerLimits(max_n=8)))
+    app = build_app(config, ServerSettings(engine_mode="inproc",
+                                           limits=ServerLimits(max_n=8, max_waiting_requests=256)))
     port = free_port()
-    uv = server_for(app, "127.0.0.1", port, drain_timeout_s=5, log_level="warning")
+    uv = server_for(app, "127.0.0.1", port, drain_timeout_s=5, log_level="warning",
+                    http=HttpLimits(max_connections=LIMITS["inproc_max_connections"]))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     server = Server(f"http://127.0.0.1:{port}", app=app)
@@ -147,6 +158,12 @@ def metrics():
             return metric_values(resp.text)
 
     return read
+
+
+@pytest.fixture(scope="session")
+def limits() -> dict[str, float]:
+    """The time and connection limits the shared servers run with."""
+    return LIMITS
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""One `frame serve` with an API key (from FRAME_API_KEY): every endpoint but /health needs it; then its engine
-process is killed: /health turns 503, open requests end with an error, the server itself stays up."""
+"""One `frame serve` with two API keys (from a key file): every endpoint but /health needs one, and the two keys are
+two tenants who never share cached prefixes. Then its engine process is killed: /health turns 503 (saying no more
+than that), open requests end with an error, and the server restarts the engine and serves again."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-KEY = "sk-test-123"
+KEY, OTHER_KEY = "sk-test-123", "sk-other-456"
 ENDPOINTS = [("GET", "/v1/models", None), ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
              ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
              ("POST", "/tokenize", {"prompt": "Hi"}), ("POST", "/detokenize", {"tokens": [1]}),
@@ -22,7 +23,9 @@ ENDPOINTS = [("GET", "/v1/models", None), ("POST", "/v1/completions", {"prompt":
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory, serve_tools):
     start_serve, stop_serve = serve_tools
-    server = start_serve(tmp_path_factory.mktemp("keyed"), env={"FRAME_API_KEY": KEY})
+    tmp = tmp_path_factory.mktemp("keyed")
+    (tmp / "keys").write_text(f"# tenants\n{KEY}\n\n{OTHER_KEY}\n")
+    server = start_serve(tmp, "--api-key-file", str(tmp / "keys"))
     server.api_key = KEY
     yield server
     stop_serve(server)
@@ -51,7 +54,37 @@ def test_openai_client_with_key(keyed_server):
         bad.models.list()
 
 
-def test_killed_engine_fails_open_requests_and_health(keyed_server):
+def test_tenants_never_share_cached_prefixes(keyed_server):
+    prompt = "A long shared instruction that both tenants happen to send. " * 40
+
+    def cached(key: str) -> tuple[int, int]:
+        resp = httpx.post(f"{keyed_server.base_url}/v1/completions", headers={"Authorization": f"Bearer {key}"},
+                          json={"prompt": prompt, "max_tokens": 1}, timeout=120)
+        usage = resp.json()["usage"]
+        return usage["prompt_tokens_details"]["cached_tokens"], usage["prompt_tokens"]
+
+    first, prompt_tokens = cached(KEY)
+    assert prompt_tokens > 400
+    again, _ = cached(KEY)
+    assert again > first and again >= prompt_tokens - 32  # the same tenant hits its own prefix
+    assert cached(OTHER_KEY)[0] == 0  # the other tenant finds nothing of it
+
+
+def test_prompt_tokens_details_can_be_switched_off(inproc_server):
+    settings = inproc_server.app.state.frame.settings
+    body = {"prompt": "Hello", "max_tokens": 2, "stream": True, "stream_options": {"include_usage": True}}
+    try:
+        settings.prompt_tokens_details = False  # what --no-prompt-tokens-details sets
+        with inproc_server.client() as c:
+            whole = c.post("/v1/completions", json={**body, "stream": False, "stream_options": None}).json()
+            streamed = [line for line in c.post("/v1/completions", json=body).text.splitlines() if '"usage"' in line]
+    finally:
+        settings.prompt_tokens_details = True
+    assert whole["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    assert "prompt_tokens_details" not in streamed[-1] and '"completion_tokens": 2' in streamed[-1]
+
+
+def test_killed_engine_fails_open_requests_and_restarts(keyed_server):
     engine_pid = keyed_server.engine_pid()
     assert engine_pid != keyed_server.proc.pid
     client = openai.OpenAI(base_url=f"{keyed_server.base_url}/v1", api_key=KEY, max_retries=0, timeout=60)
@@ -81,6 +114,8 @@ def test_killed_engine_fails_open_requests_and_health(keyed_server):
     while httpx.get(f"{keyed_server.base_url}/health").status_code != 503:
         assert time.monotonic() - t0 < 5, "/health still 200 five seconds after the engine died"
         time.sleep(0.1)
+    health = httpx.get(f"{keyed_server.base_url}/health").json()["error"]
+    assert health["message"] == "The server is not ready to serve." and str(engine_pid) not in str(health)
     for t in threads:
         t.join(30)
         assert not t.is_alive(), "a request hung after the engine died"
@@ -88,10 +123,17 @@ def test_killed_engine_fails_open_requests_and_health(keyed_server):
     assert "engine" in str(outcomes["stream"])
     whole_resp = outcomes["whole"]
     assert whole_resp.status_code == 503 and whole_resp.json()["error"]["code"] == "engine_dead"
-    health = httpx.get(f"{keyed_server.base_url}/health").json()["error"]
-    assert f"{engine_pid} exited" in health["message"]
     new = httpx.post(f"{keyed_server.base_url}/v1/completions", headers=keyed_server.headers,
                      json={"prompt": "Hi", "max_tokens": 2}, timeout=30)
-    assert new.status_code == 503
-    assert keyed_server.proc.poll() is None  # the server itself is still up
-    assert "engine died" in keyed_server.log_text()
+    assert new.status_code == 503 and new.headers["retry-after"] == "1"
+    while httpx.get(f"{keyed_server.base_url}/health").status_code != 200:
+        assert time.monotonic() - t0 < 180, "the engine was not restarted"
+        time.sleep(0.5)
+    assert keyed_server.engine_pid() not in (engine_pid, None)
+    again = httpx.post(f"{keyed_server.base_url}/v1/completions", headers=keyed_server.headers,
+                       json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
+    assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 2
+    assert "frame_engine_restarts_total 1.0" in httpx.get(f"{keyed_server.base_url}/metrics",
+                                                          headers=keyed_server.headers).text
+    assert keyed_server.proc.poll() is None
+    assert "engine died" in keyed_server.log_text() and "engine restarted" in keyed_server.log_text()

@@ -1,5 +1,6 @@
-"""SIGTERM drains a `frame serve` (running requests finish, then server and engine exit); `frame bench serve`
-runs against the shared server and prints its table."""
+"""SIGTERM drains a `frame serve`: running requests may finish within the drain time; those that cannot end with the
+error event and `[DONE]` (or a 503 for a whole response); requests arriving meanwhile get 503 in the OpenAI shape;
+then server and engine exit. `frame bench serve` runs against the shared server and prints its table."""
 
 from __future__ import annotations
 
@@ -11,37 +12,58 @@ import sys
 import threading
 import time
 
-import openai
+import httpx
+
+DRAIN_S = 4
+LONG = {"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": True, "temperature": 0}
 
 
-def test_sigterm_drains_running_requests(tmp_path, serve_tools):
+def sse_events(base_url: str, body: dict, first: threading.Event) -> list[str]:
+    """The data lines of one streamed completion, as sent."""
+    events = []
+    with httpx.stream("POST", f"{base_url}/v1/completions", json={**body, "stream": True}, timeout=120) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                first.set()
+    return events
+
+
+def test_sigterm_drain_ends_what_it_cannot_finish(tmp_path, serve_tools):
     start_serve, _ = serve_tools
-    server = start_serve(tmp_path, "--drain-timeout", "60")
+    server = start_serve(tmp_path, "--drain-timeout", str(DRAIN_S))
     engine_pid = server.engine_pid()
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-    first = threading.Event()
-    result: dict[str, object] = {}
+    results: dict[str, object] = {}
+    started = {name: threading.Event() for name in ("short", "long")}
 
-    def stream() -> None:
-        text, finish = "", None
-        for chunk in client.completions.create(model="SmolLM2-135M-Instruct", prompt="Once upon a time",
-                                               max_tokens=24, extra_body={"ignore_eos": True}, stream=True,
-                                               stream_options={"include_usage": True}):
-            first.set()
-            if chunk.choices:
-                text += chunk.choices[0].text
-                finish = chunk.choices[0].finish_reason or finish
-            if chunk.usage:
-                result["tokens"] = chunk.usage.completion_tokens
-        result["finish"] = finish
+    def run(name: str, body: dict) -> None:
+        results[name] = sse_events(server.base_url, body, started[name])
 
-    thread = threading.Thread(target=stream)
-    thread.start()
+    def whole() -> None:
+        results["whole"] = httpx.post(f"{server.base_url}/v1/completions", json=LONG, timeout=120)
+
+    threads = [threading.Thread(target=run, args=("short", {**LONG, "max_tokens": 4})),
+               threading.Thread(target=run, args=("long", LONG)), threading.Thread(target=whole)]
     try:
-        assert first.wait(60)
+        for t in threads:
+            t.start()
+        assert started["long"].wait(60) and started["short"].wait(60)
         server.proc.send_signal(signal.SIGTERM)
-        thread.join(120)
-        assert result == {"finish": "length", "tokens": 24}
+        time.sleep(0.5)
+        during = httpx.post(f"{server.base_url}/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=30)
+        assert during.status_code == 503 and during.json()["error"]["code"] == "server_draining"
+        assert during.headers["retry-after"] == "1" and during.headers["connection"] == "close"
+        assert httpx.get(f"{server.base_url}/health").status_code == 503
+        for t in threads:
+            t.join(120)
+        short = [json.loads(e) for e in results["short"][:-1]]
+        assert results["short"][-1] == "[DONE]" and short[-1]["choices"][0]["finish_reason"] == "length"
+        long = results["long"]
+        assert long[-1] == "[DONE]"
+        assert json.loads(long[-2])["error"]["code"] == "server_draining"
+        assert results["whole"].status_code == 503
+        assert results["whole"].json()["error"]["code"] == "server_draining"
         assert server.proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once drained
     finally:
         if server.proc.poll() is None:
@@ -55,7 +77,7 @@ def test_sigterm_drains_running_requests(tmp_path, serve_tools):
         time.sleep(0.2)
     else:
         raise AssertionError("the engine process outlived its server")
-    assert "draining" in server.log_text()
+    assert "draining" in server.log_text() and "drain timed out: ending 2 request(s)" in server.log_text()
 
 
 def test_bench_serve_prints_its_table(mp_server):

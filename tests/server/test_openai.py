@@ -139,3 +139,13 @@ def test_tokenize_detokenize_round_trip(mp_server, offline):
         assert chat["count"] > 5
         version = c.get("/version").json()
         assert version["engine_mode"] == "mp" and version["engine_pid"] != mp_server.proc.pid
+
+
+def test_tokenize_renders_the_chat_template_as_transformers_does(mp_server, offline):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+    want = offline.get_tokenizer().apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False)
+    with mp_server.client() as c:
+        got = c.post("/tokenize", json={"messages": messages}).json()["tokens"]
+    assert got == list(want)

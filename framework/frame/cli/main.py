@@ -13,7 +13,7 @@ from frame.version import __version__
 #: command name -> (module under frame.cli, one-line help). Each module has ``add_arguments`` and ``run``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "plugins": ("plugins_cmd", "list installed plugins, their wheels and whether they run here"),
-    "generate": ("generate", "generate a completion for one prompt, streamed to the terminal"),
+    "generate": ("generate", "completions for one prompt (streamed) or several (one batch)"),
     "chat": ("chat", "chat with the model interactively"),
     "serve": ("serve", "serve an OpenAI-compatible API"),
     "bench": ("bench", "benchmarks: throughput, latency, serve, and config-driven experiments"),

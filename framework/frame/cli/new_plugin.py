@@ -1,8 +1,11 @@
 """``frame new-plugin``: write the skeleton of a plugin wheel (pyproject, README, package, conformance tests).
 
-The scheduler skeleton is a complete plugin (an arrival-order policy over PolicyScheduler) that passes the
-conformance suite as written; the other kinds get their contract's methods with docstrings to fill in, wired to
-the hooks and the kind's conformance suite, so ``pytest`` shows what remains.
+The scheduler, cache and proposer skeletons are complete plugins (an arrival-order policy, a paged allocator
+that reuses nothing, a proposer that repeats the last token) that pass their conformance suites as written; the
+other kinds get their contract's methods to fill in, wired to the hooks and the kind's conformance suite, so
+``pytest`` shows what remains. The tests run before the wheel is installed:
+``tests/conftest.py`` registers the folder's plugin with frame for the test session. Every file is clean under
+the ``ruff`` settings the skeleton's pyproject carries, which are frame's own.
 """
 
 from __future__ import annotations
@@ -14,37 +17,7 @@ from pathlib import Path
 from frame.errors import FrameUsageError
 from frame.plugin_templates import TEMPLATES
 from frame.plugins.kinds import KINDS
-
-
-def write_skeleton(kind: str, name: str, root: Path) -> Path:
-    """Write the plugin folder ``root/frame-<kind>-<name>`` and return it."""
-    if kind not in KINDS:
-        raise FrameUsageError(f"Unknown plugin kind '{kind}'; choose one of: {', '.join(KINDS)}.", param="kind")
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise FrameUsageError(f"Plugin name '{name}' must be lowercase letters, digits and underscores.",
-                              param="name")
-    spec = KINDS[kind]
-    wheel = f"frame-{kind}-{name.replace('_', '-')}"
-    package = f"frame_{kind}_{name}"
-    folder = root / wheel
-    if folder.exists():
-        raise FrameUsageError(f"{folder} already exists; choose another name or remove it.", param="name")
-    values = {"kind": kind, "name": name, "wheel": wheel, "package": package, "group": spec.group,
-              "flag": spec.flag, "class_name": "".join(p.capitalize() for p in name.split("_")) + kind.capitalize()}
-    template = TEMPLATES[kind]
-    files = {
-        "pyproject.toml": PYPROJECT,
-        "README.md": README,
-        f"{package}/__init__.py": '"""{wheel}: a frame {kind} plugin."""\n',
-        f"{package}/plugin.py": template["plugin"],
-        "tests/test_conformance.py": template["tests"],
-    }
-    for relative, text in files.items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.format(**values))
-    return folder
-
+from frame.version import API_VERSION
 
 PYPROJECT = '''[build-system]
 requires = ["setuptools>=68"]
@@ -54,25 +27,122 @@ build-backend = "setuptools.build_meta"
 name = "{wheel}"
 version = "0.1.0"
 description = "A frame {kind} plugin."
+readme = "README.md"
 requires-python = ">=3.10"
-dependencies = ["frame>=0.1"]
+dependencies = ["frame-engine>=0.1"]
 
 [project.entry-points."{group}"]
 {name} = "{package}.plugin"
 
 [tool.setuptools]
 packages = ["{package}"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+
+[tool.ruff]
+line-length = 120
+target-version = "py310"
+
+[tool.ruff.lint]
+select = ["E", "F", "W", "I", "B", "UP", "SIM", "RUF"]
+ignore = ["RUF001", "RUF002", "RUF003", "B008"]
 '''
 
 README = '''# {wheel}
 
-A frame {kind} plugin.
+A frame {kind} plugin: say here what it does and why one would choose it.
 
-- Install: `pip install -e .` (or build a wheel with `pip wheel --no-deps .`)
-- Select it: `frame generate --{flag} {name} ...` / `LLM({flag}="{name}")` where applicable
-- Check it is seen: `frame plugins`
-- Test it: `pytest tests` (runs frame's {kind} conformance suite against this plugin)
+## Select it
+
+{select}
+
+## Where it runs
+
+{runs}
+
+## Test it, before installing it
+
+In a virtual environment of its own (not frame's):
+
+```sh
+python -m venv .venv
+. .venv/bin/activate
+pip install {test_requires}
+pytest
+```
+
+The tests run frame's {kind} conformance suite against this plugin. `tests/conftest.py` registers this folder's
+plugin with frame for the test session, so they run against the source tree before the wheel is built or
+installed (`pip install -e .` installs it in editable mode while you work on it).
+
+## Build it, install it, see it
+
+```sh
+pip wheel --no-deps -w dist .
+pip install dist/{package}-0.1.0-py3-none-any.whl
+frame plugins
+```
+
+`frame plugins` lists `{name}` among the {kind} plugins, with this wheel's name and version and whether it can run
+on this machine.
+
+## Publish it
+
+```sh
+pip index versions {wheel}    # "No matching distribution found": the name is free on PyPI
+pip install build twine
+python -m build
+twine upload dist/*
+```
 '''
+
+CONFTEST = '''"""Registers this folder's plugin with frame for the test session, so its tests run before it is built."""
+
+from pathlib import Path
+
+import pytest
+from frame.testing.registration import register_source_tree
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.add_cleanup(register_source_tree(Path(__file__).resolve().parents[1]))
+'''
+
+
+def write_skeleton(kind: str, name: str, root: Path) -> Path:
+    """Write the plugin folder ``root/frame-<kind>-<name>`` and return it."""
+    if kind not in KINDS:
+        raise FrameUsageError(f"Unknown plugin kind '{kind}'; choose one of: {', '.join(KINDS)}.", param="kind")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise FrameUsageError(f"Plugin name '{name}' must be lowercase letters, digits and underscores.",
+                              param="name")
+    wheel = f"frame-{kind.replace('_', '-')}-{name.replace('_', '-')}"
+    package = f"frame_{kind}_{name}"
+    folder = root / wheel
+    if folder.exists():
+        raise FrameUsageError(f"{folder} already exists; choose another name or remove it.", param="name")
+    template = TEMPLATES[kind]
+    values = {"kind": kind, "name": name, "wheel": wheel, "package": package, "group": KINDS[kind].group,
+              "api_version": API_VERSION,
+              "class_name": "".join(p.capitalize() for p in name.split("_")) + kind.capitalize(),
+              "test_requires": " ".join(("frame-engine", "pytest", *template.test_requires))}
+    values["select"] = template.select.format(**values)
+    values["runs"] = template.runs
+    files = {
+        "pyproject.toml": PYPROJECT,
+        "README.md": README,
+        f"{package}/__init__.py": '"""{wheel}: a frame {kind} plugin."""\n',
+        f"{package}/plugin.py": template.plugin,
+        f"{package}/{template.module}.py": template.implementation,
+        "tests/conftest.py": CONFTEST,
+        "tests/test_conformance.py": template.tests,
+    }
+    for relative, text in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.format(**values))
+    return folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,5 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     folder = write_skeleton(args.kind, args.name, Path(args.dir))
-    print(f"wrote {folder}; next: pip install -e {folder} && pytest {folder}/tests")
+    template = TEMPLATES[args.kind]
+    print(f"wrote {folder}; fill in frame_{args.kind}_{args.name}/{template.module}.py, then follow its "
+          f"README.md: test it in a venv of its own before installing it, build the wheel, see it in frame plugins")
     return 0

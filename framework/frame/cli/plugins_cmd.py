@@ -29,14 +29,17 @@ class PluginStatus:
 
 
 def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) -> tuple[bool, str]:
-    registry = hooks.registry
-    reason = registry.disabled_reason(kind, name)
+    reason = hooks.registry.disabled_reason(kind, name)
     if reason is not None:
         return False, reason
     try:
-        registry.load(kind, name)
-    except FrameUsageError as err:
+        return _ask(hooks, kind, name, platform)
+    except FrameUsageError as err:  # it failed to load, or raised in a probing hook: one line of its own
         return False, str(err)
+
+
+def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) -> tuple[bool, str]:
+    hooks.registry.load(kind, name)
     if kind == "platform":
         why = hooks.platform_check(name)
         return why is None, why or f"priority {hooks.platform_priority(name)}"
@@ -45,7 +48,7 @@ def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | No
         if platform is None:
             return False, "no platform can run here"
         if platform.name not in supported:
-            return False, f"runs on {', '.join(supported)} only; this machine is {platform.describe()}"
+            return False, f"runs on {', '.join(supported) or 'no platform'} only; this machine is {platform.describe()}"
         why = hooks.attention_check(name, platform)
         return why is None, why or f"on {platform.name}"
     if kind == "model":
@@ -58,7 +61,8 @@ def _runs_here(hooks: PluginHooks, kind: str, name: str, platform: Platform | No
 
 
 def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
-    """The status of every installed plugin (loading each; failures are reported, not raised)."""
+    """The status of every installed plugin (loading each; a plugin that fails to load or raises in a hook is
+    reported in its own row, never raised)."""
     hooks = PluginHooks(registry or PluginRegistry())
     platform = None
     try:
@@ -71,8 +75,10 @@ def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
     for kind in KINDS:
         for info in hooks.registry.installed(kind):
             ok, why = _runs_here(hooks, kind, info.name, platform)
-            rows.append(PluginStatus(kind, info.name, info.distribution or "(in-process)", info.version or "-",
-                                     ok, why))
+            version = info.version or "-"
+            if info.source is not None:
+                version += " (source tree)"
+            rows.append(PluginStatus(kind, info.name, info.distribution or "(in-process)", version, ok, why))
     return rows
 
 

@@ -10,20 +10,42 @@ from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.engine.mp import ENGINE_MODES
 from frame.errors import ConfigError
 
+#: Flags that must be at least 1 (the rest of the numeric server flags must be positive, or 0 for max-logprobs).
+_COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars", "max_prompt_chars",
+           "max_body_bytes", "max_connections", "tokenizer_workers")
+_SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on")
     server.add_argument("--port", type=int, default=8000, help="port to listen on")
-    server.add_argument("--api-key", default=None,
-                        help="require 'Authorization: Bearer KEY' on every endpoint but /health "
-                             "(default: $FRAME_API_KEY)")
+    server.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                        help="require 'Authorization: Bearer KEY' on every endpoint but /health; repeat for several "
+                             "keys (default: $FRAME_API_KEY)")
+    server.add_argument("--api-key-file", default=None, metavar="PATH", help="more API keys, one a line")
+    server.add_argument("--cache-salt-from", choices=("api-key", "request"), default=None,
+                        help="api-key: salt every request's prefix cache with its key's digest, so tenants never "
+                             "share prefixes; request: only the request's cache_salt (default: api-key when more "
+                             "than one key is configured)")
     server.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                         help="model name(s) the API answers to (default: the model's name)")
     server.add_argument("--engine", choices=ENGINE_MODES, default="mp",
                         help="mp: engine core in a child process; inproc: in a thread of the server")
+    server.add_argument("--on-engine-death", choices=("restart", "exit"), default="restart",
+                        help="restart the engine (with back-off), or exit with status 1 for a supervisor")
+    server.add_argument("--max-engine-restarts", type=int, default=5,
+                        help="engine deaths in a row after which the server exits with status 1")
     server.add_argument("--drain-timeout", type=float, default=30.0,
                         help="seconds running requests may finish after SIGTERM")
+    server.add_argument("--prompt-tokens-details", action=argparse.BooleanOptionalAction, default=True,
+                        help="report usage.prompt_tokens_details.cached_tokens")
+    server.add_argument("--trust-request-chat-template", action="store_true",
+                        help="render chat templates that requests send (chat_template); refused otherwise")
+    server.add_argument("--tokenizer-workers", type=int, default=2,
+                        help="chat-template worker processes, and tokenizer threads")
+    server.add_argument("--tokenize-timeout", type=float, default=10.0,
+                        help="seconds a chat template may render, or a prompt tokenise, before a 400")
     server.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     limits = parser.add_argument_group("request limits")
     limits.add_argument("--max-n", type=int, default=16, help="most completions per request")
@@ -31,27 +53,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-logprobs", type=int, default=20, help="largest logprobs / top_logprobs")
     limits.add_argument("--max-waiting-requests", type=int, default=512,
                         help="sequences waiting for a first token before new requests get 503")
+    limits.add_argument("--max-stop-chars", type=int, default=4096, help="characters of all stop strings together")
+    limits.add_argument("--max-prompt-chars", type=int, default=1 << 20,
+                        help="characters a request may tokenise: its text prompts, or its rendered conversation")
+    http = parser.add_argument_group("connection limits")
+    http.add_argument("--max-body-bytes", type=int, default=4 << 20, help="largest request body (413 above)")
+    http.add_argument("--header-timeout", type=float, default=10.0,
+                      help="seconds a connection has to send a request's headers")
+    http.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request has to send its body")
+    http.add_argument("--keep-alive-timeout", type=float, default=5.0,
+                      help="seconds an idle kept-alive connection stays open")
+    http.add_argument("--max-connections", type=int, default=1024,
+                      help="open connections; past it new ones get 503 and are closed")
     add_engine_flags(parser)
 
 
+def _check(args: argparse.Namespace) -> None:
+    for flag in (*_COUNTS, *_SECONDS, "max_logprobs", "max_engine_restarts"):
+        value = getattr(args, flag)
+        lowest = 0 if flag in ("max_logprobs", "max_engine_restarts") else 1 if flag in _COUNTS else 0.001
+        if value is not None and value < lowest:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {value}.", param=flag)
+
+
+def api_keys(args: argparse.Namespace) -> list[str]:
+    """Keys from ``--api-key`` (or ``$FRAME_API_KEY``) and ``--api-key-file``."""
+    from frame.server.auth import check_keys, read_key_file
+
+    keys = list(args.api_key or [])
+    if not keys and os.environ.get("FRAME_API_KEY"):
+        keys.append(os.environ["FRAME_API_KEY"])
+    if args.api_key_file:
+        keys += read_key_file(args.api_key_file)
+    check_keys(keys)
+    if args.cache_salt_from == "api-key" and not keys:
+        raise ConfigError("--cache-salt-from api-key needs API keys; give --api-key or --api-key-file.",
+                          param="cache_salt_from")
+    return list(dict.fromkeys(keys))
+
+
 def run(args: argparse.Namespace) -> int:
-    from frame.server import ServerLimits, ServerSettings, build_app
+    from frame.server import HttpLimits, ServerLimits, ServerSettings, build_app
     from frame.server.runner import run_server
 
-    for flag in ("max_n", "max_logprobs", "max_waiting_requests", "max_tokens_limit"):
-        value = getattr(args, flag)
-        if value is not None and value < (0 if flag == "max_logprobs" else 1):
-            raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {value}.", param=flag)
+    _check(args)
     config = config_from_args(args)
     from frame.engine.selection import preflight
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
+    http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,
+                      body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive_timeout,
+                      max_connections=args.max_connections)
     settings = ServerSettings(
-        served_model_names=args.served_model_name or [], api_key=args.api_key or os.environ.get("FRAME_API_KEY"),
-        engine_mode=args.engine, drain_timeout_s=args.drain_timeout,
+        served_model_names=args.served_model_name or [], api_keys=api_keys(args), cache_salt_from=args.cache_salt_from,
+        engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,
+        max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
+        trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
+        tokenize_timeout_s=args.tokenize_timeout, http=http,
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
-                            max_waiting_requests=args.max_waiting_requests),
+                            max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,
+                            max_prompt_chars=args.max_prompt_chars),
     )
     logging.getLogger("frame").setLevel(args.log_level.upper())
-    run_server(build_app(config, settings), args.host, args.port, args.drain_timeout, args.log_level)
-    return 0
+    return run_server(build_app(config, settings), args.host, args.port, args.drain_timeout, args.log_level, http)

@@ -45,6 +45,7 @@ class PersistentBatch:
         self.num_computed = np.zeros(max_rows, dtype=np.int32)
         self.block_table = np.zeros((max_rows, self.max_blocks), dtype=np.int32)
         self.num_blocks = np.zeros(max_rows, dtype=np.int32)
+        self.num_drafts = np.zeros(max_rows, dtype=np.int32)  # drafts written after the row's tokens this step
         # Sampling parameters, one entry per row (defaults are inert: greedy, no cut, no penalty).
         self.temperature = np.zeros(max_rows, dtype=np.float32)
         self.top_p = np.ones(max_rows, dtype=np.float32)
@@ -84,6 +85,7 @@ class PersistentBatch:
         self.state_of_row[row] = state
         self.token_ids[row, : len(tokens)] = tokens
         self.num_tokens[row] = len(tokens)
+        self.num_drafts[row] = 0
         self.num_prompt_tokens[row] = state.num_prompt_tokens
         params = state.params
         self.temperature[row] = params.temperature
@@ -109,6 +111,11 @@ class PersistentBatch:
             self._set_blocks(row, req.new_block_ids, replace=True)
         elif req.new_block_ids:
             self._set_blocks(row, req.new_block_ids, replace=False)
+        drafts = req.spec_token_ids
+        self.num_drafts[row] = len(drafts)
+        if drafts:  # after the real tokens, where the step reads its inputs; overwritten by what is kept
+            end = int(self.num_tokens[row])
+            self.token_ids[row, end : end + len(drafts)] = drafts
         return row
 
     def _set_blocks(self, row: int, block_ids: list[int], replace: bool) -> None:
@@ -146,6 +153,12 @@ class PersistentBatch:
         """Append one sampled token to each of ``rows``."""
         self.token_ids[rows, self.num_tokens[rows]] = tokens
         self.num_tokens[rows] += 1
+
+    def extend(self, row: int, tokens: list[int]) -> None:
+        """Append several tokens to one row (the drafts a verification kept, then the target's token)."""
+        end = int(self.num_tokens[row])
+        self.token_ids[row, end : end + len(tokens)] = tokens
+        self.num_tokens[row] = end + len(tokens)
 
     def output_token_ids(self, row: int) -> np.ndarray:
         return self.token_ids[row, self.num_prompt_tokens[row] : self.num_tokens[row]]

@@ -13,21 +13,25 @@ import logging
 import math
 import weakref
 
-from frame.config import EngineConfig
+import msgspec
+
+from frame.config import EngineConfig, resolve_plugin_options
 from frame.engine.executor import Executor
 from frame.engine.executor.factory import make_executor
-from frame.engine.plan import RequestSample
+from frame.engine.plan import RequestSample, RunnerOutput, RunningRequest, SchedulerOutput
 from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats
 from frame.engine.scheduler import Scheduler
 from frame.engine.selection import Selection, select
+from frame.engine.structured import StructuredOutputManager
 from frame.engine.worker import head_counts
-from frame.errors import ConfigError, PromptTooLongError
+from frame.errors import ConfigError, InvalidSamplingError, PromptTooLongError
+from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.sequence import Sequence
+from frame.sequence import Sequence, SequenceStatus
 
 log = logging.getLogger("frame.engine")
 
@@ -63,6 +67,7 @@ class EngineCore:
         )
         policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
         self.scheduler = Scheduler(self.limits, self.cache, policy)
+        self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size))
         self._seqs: dict[str, Sequence] = {}
         self._stats = EngineStats(num_blocks=self.num_blocks)
         self.hooks.engine_started(config)
@@ -76,6 +81,15 @@ class EngineCore:
             HeadPartition.of(num_heads, num_kv_heads, self.config.tensor_parallel_size, 0)
         except ValueError as err:
             raise ConfigError(f"{err}.", param="tensor_parallel_size") from None
+
+    def _grammar_backend(self) -> GrammarBackend:
+        """The grammar backend plugin, loaded the first time a request needs one."""
+        name = self.config.grammar_backend
+        self.registry.load("grammar", name)
+        options = resolve_plugin_options("grammar", name, self.config.grammar_options,
+                                         self.hooks.options_model("grammar", name))
+        return self.hooks.create_grammar_backend(name, self.source.tokenizer, int(self.source.hf_config.vocab_size),
+                                                 sorted(self.eos_token_ids), options)
 
     def _make_executor(self) -> Executor:
         return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
@@ -102,6 +116,14 @@ class EngineCore:
         n = len(req.prompt_token_ids)
         if n == 0:
             raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
+        asked = req.params.num_speculative_tokens
+        if asked:
+            limit = self.config.num_speculative_tokens if self.config.speculative_proposer else 0
+            if asked > limit:
+                raise InvalidSamplingError(
+                    f"num_speculative_tokens {asked} exceeds this engine's {limit}"
+                    + ("" if limit else " (it runs without speculative decoding; start it with --speculative-proposer)")
+                    + "; ask for fewer.", param="num_speculative_tokens")
         max_tokens = req.params.max_tokens or 1
         if n + max_tokens > self.max_model_len:
             raise PromptTooLongError(
@@ -114,6 +136,8 @@ class EngineCore:
         self.check_request(req)
         if req.request_id in self._seqs:
             raise ValueError(f"request id {req.request_id} is already running")
+        if req.params.structured_outputs is not None:
+            self.structured.add(req.request_id, req.params.structured_outputs)  # a bad constraint raises here
         seq = Sequence(
             seq_id=req.request_id, prompt_token_ids=list(req.prompt_token_ids), params=req.params,
             arrival_time=req.arrival_time, priority=req.priority, cache_salt=req.cache_salt,
@@ -137,16 +161,20 @@ class EngineCore:
     # -- the loop ---------------------------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
         """Run one step and return the new tokens of every request that produced any, and of finished ones."""
-        plan = self.scheduler.schedule()
+        plan = self._with_grammar(self.scheduler.schedule())
         if plan.is_empty:
             return []
         result = self.executor.execute(plan)
         outcome = self.scheduler.update(plan, result)
+        completed = self._follow_grammars(result, outcome.finished)
         stats = self._stats
         stats.steps += 1
+        stats.spec_draft_tokens += outcome.num_draft_tokens
+        stats.spec_accepted_tokens += outcome.num_accepted_tokens
+        stats.spec_verifications += sum(1 for r in plan.running if r.spec_token_ids)
         stats.comm_seconds += result.comm_seconds
         stats.prompt_tokens_computed += plan.num_prompt_tokens
-        finished = {s.seq_id for s in outcome.finished}
+        finished = {s.seq_id for s in outcome.finished} | completed
         outputs = []
         for sample in result.samples:
             count = outcome.appended.get(sample.req_id, 0)
@@ -159,6 +187,37 @@ class EngineCore:
             else:
                 outputs.append(self._output(seq, sample, count))
         return outputs
+
+    def _with_grammar(self, plan: SchedulerOutput) -> SchedulerOutput:
+        """The plan with the structured-output masks of the constrained requests that sample in it."""
+        if not self.structured.active:
+            return plan
+        sampling: list[tuple[str, list[int]]] = []
+        for req in (*plan.new_requests, *plan.running):
+            seq = self._seqs[req.req_id]
+            drafts = req.spec_token_ids if isinstance(req, RunningRequest) else []
+            if seq.num_computed_tokens + req.num_new_tokens == seq.num_tokens + len(drafts):
+                sampling.append((req.req_id, drafts))
+        ids, _, rows = self.structured.masks(sampling)
+        return msgspec.structs.replace(plan, grammar_ids=ids, grammar_bitmask=rows.astype("<i4").tobytes())
+
+    def _follow_grammars(self, result: RunnerOutput, finished: list[Sequence]) -> set[str]:
+        """Advance the matchers over the emitted tokens; end requests whose grammar completed (a constrained
+        request ignoring EOS still stops there) and keep only drafts the grammar allows. Returns the ids ended."""
+        if not self.structured.active:
+            return set()
+        done = {s.seq_id for s in finished}
+        completed = set()
+        for sample in result.samples:
+            seq = self._seqs.get(sample.req_id)
+            if seq is None or sample.req_id not in self.structured:
+                continue
+            if self.structured.accept(sample.req_id, sample.token_ids) and sample.req_id not in done:
+                self.scheduler.finish(sample.req_id, SequenceStatus.FINISHED_STOPPED)
+                completed.add(sample.req_id)
+            elif seq.spec_token_ids:
+                seq.spec_token_ids = self.structured.valid_drafts(sample.req_id, seq.spec_token_ids)
+        return completed
 
     def _output(self, seq: Sequence, sample: RequestSample | None, count: int,
                 finish: str | None = None) -> EngineOutput:
@@ -174,6 +233,7 @@ class EngineCore:
 
     def _finish(self, seq: Sequence, sample: RequestSample | None, count: int) -> EngineOutput:
         self._seqs.pop(seq.seq_id, None)
+        self.structured.forget(seq.seq_id)
         reason = seq.status.value
         self.hooks.request_finished(seq.seq_id, seq.num_prompt_tokens, seq.num_output_tokens,
                                     seq.num_cached_tokens, reason)

@@ -50,7 +50,8 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
 
     ``num_computed_tokens`` is the scheduler's count before this step (the runner checks it against its own).
     When ``resumed`` is True the request was preempted since the runner last ran it: its KV is gone, and
-    ``new_block_ids`` is its whole new table, not an addition.
+    ``new_block_ids`` is its whole new table, not an addition. ``spec_token_ids`` are drafts to verify: the step's
+    ``num_new_tokens`` count them after the request's last real token.
     """
 
     req_id: str
@@ -58,6 +59,7 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     num_computed_tokens: int
     num_new_tokens: int
     resumed: bool = False
+    spec_token_ids: list[int] = []
 
 
 class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +69,9 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     decodes mixed); ``num_prompt_tokens`` of the step's tokens are prompt tokens. ``block_copies`` run before the
     forward. ``preempted_ids`` lost their KV in this step (the runner keeps their tokens for a later ``resumed``
     diff); ``finished_ids`` ended (finished or aborted) since
-    the previous plan, and the runner drops everything it holds for them.
+    the previous plan, and the runner drops everything it holds for them. ``grammar_bitmask`` holds the
+    structured-output masks (int32 little-endian rows, :mod:`frame.engine.bitmask`) of the requests in
+    ``grammar_ids``, one row per position each samples (its last token, then each draft), in that order.
     """
 
     step: int
@@ -77,6 +81,8 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     block_copies: list[BlockCopy] = []
     preempted_ids: list[str] = []
     finished_ids: list[str] = []
+    grammar_ids: list[str] = []
+    grammar_bitmask: bytes = b""
 
     @property
     def num_batched_tokens(self) -> int:
@@ -97,11 +103,13 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RequestSample(msgspec.Struct, frozen=True, array_like=True):
-    """The tokens one request gained in a step (one, or several with speculative decoding) and their logprobs."""
+    """The tokens one request gained in a step (one, or several with speculative decoding: the drafts it kept and
+    one of the target's), their logprobs, and the proposer's drafts for the next step."""
 
     req_id: str
     token_ids: list[int]
     logprobs: list[TokenLogprobs] | None = None
+    draft_token_ids: list[int] = []
 
 
 class RunnerOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -53,7 +53,8 @@ class EngineOutput(msgspec.Struct, kw_only=True):
 class EngineStats(msgspec.Struct, kw_only=True):
     """A snapshot of the engine core's gauges and counters (for /metrics and benchmarks).
 
-    ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step."""
+    ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step.
+    ``spec_*``: speculative decoding's drafts verified, drafts kept, and steps that verified drafts."""
 
     num_running: int = 0
     num_waiting: int = 0
@@ -70,3 +71,16 @@ class EngineStats(msgspec.Struct, kw_only=True):
     generation_tokens: int = 0
     steps: int = 0
     comm_seconds: float = 0.0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_verifications: int = 0
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        """Drafts kept / drafts verified (speculative decoding; 0 without)."""
+        return self.spec_accepted_tokens / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
+
+    @property
+    def spec_mean_accepted_length(self) -> float:
+        """Tokens a verification step emits on average: the drafts kept plus the target's own."""
+        return 1 + self.spec_accepted_tokens / self.spec_verifications if self.spec_verifications else 0.0

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from frame.engine import bitmask
 from frame.engine.batch import PersistentBatch
 from frame.engine.graphs import Capture, DecodeGraphs
 from frame.engine.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.sampler import Sampler
+from frame.engine.speculation import verify
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 from frame.interfaces.model import CausalLM
+from frame.interfaces.proposer import ProposalRequest, Proposer
 
 
 @dataclass
@@ -33,11 +36,19 @@ class HostInputs:
     query_lens: np.ndarray
     seq_lens: np.ndarray
     block_tables: np.ndarray
-    samples: np.ndarray  # per scheduled request: does this step reach its last token?
+    samples: np.ndarray  # per scheduled request: does this step reach its last token (drafts included)?
+    drafts: np.ndarray  # per scheduled request: draft tokens verified in this step
 
     @property
     def is_pure_decode(self) -> bool:
         return bool((self.query_lens == 1).all() and self.samples.all())
+
+    def logits_rows(self) -> np.ndarray:
+        """Flat-batch rows whose logits are sampled: each sampling request's last ``drafts + 1`` tokens."""
+        ends = np.cumsum(self.query_lens)[self.samples]
+        spans = self.drafts[self.samples] + 1
+        offsets = np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+        return np.repeat(ends - spans, spans) + offsets
 
 
 class StepInputs:
@@ -67,6 +78,8 @@ class ModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_scratch_blocks = 0
         self.graphs: DecodeGraphs | None = None
+        self.proposer: Proposer | None = None
+        self._draft_probs: dict[str, torch.Tensor] = {}
 
     @property
     def bytes_per_block(self) -> int:
@@ -122,6 +135,7 @@ class ModelRunner:
         token_rows = rows[owner]
         seq_lens = context + counts
         width = int(batch.num_blocks[rows].max())
+        drafts = batch.num_drafts[rows].astype(np.int64)
         return HostInputs(
             input_ids=batch.token_ids[token_rows, positions],
             positions=positions,
@@ -129,7 +143,8 @@ class ModelRunner:
             query_lens=counts,
             seq_lens=seq_lens,
             block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
-            samples=seq_lens == batch.num_tokens[rows],
+            samples=seq_lens == batch.num_tokens[rows] + drafts,
+            drafts=drafts,
         )
 
     def to_device(self, host: HostInputs) -> StepInputs:
@@ -149,7 +164,7 @@ class ModelRunner:
             input_ids=torch.from_numpy(host.input_ids.astype(np.int64)).to(dev),
             positions=torch.from_numpy(host.positions).to(dev),
             meta=meta,
-            logits_rows=torch.from_numpy(ends[host.samples] - 1).to(dev),
+            logits_rows=torch.from_numpy(host.logits_rows()).to(dev),
         )
 
     def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
@@ -174,23 +189,88 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
-        """Run one step; returns the sampled token (and logprobs) of every request that reached its end."""
+        """Run one step; returns the sampled tokens (and logprobs) of every request that reached its end, and the
+        proposer's drafts for the next step."""
         rows, counts = self.apply_plan(plan)
         if plan.block_copies:
             self.copy_blocks(plan.block_copies)
+        if self.proposer is not None:
+            self._forget_drafts(plan)
         if not len(rows):
             return RunnerOutput()
         host = self.gather(rows, counts)
         logits = self.forward(host)
         if logits is None:
             return RunnerOutput()
-        sampling_rows = rows[host.samples]
-        sampled = self.sampler(logits, self.batch, sampling_rows)
-        self.batch.append_tokens(sampling_rows, sampled.token_ids)
-        states = self.batch.state_of_row
-        samples = [
-            RequestSample(states[row].req_id, [token], None if lp is None else [lp])  # type: ignore[union-attr]
-            for row, token, lp in zip(sampling_rows.tolist(), sampled.token_ids.tolist(), sampled.logprobs,
-                                      strict=True)
-        ]
+        if plan.grammar_ids:
+            self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
+        samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
+        if self.proposer is not None:
+            samples = self.propose(samples)
         return RunnerOutput(samples=samples)
+
+    def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
+        """Mask the logits of constrained requests with the plan's structured-output rows (every position each
+        samples: its last token and its drafts), so nothing outside the grammar can be sampled or kept."""
+        states = self.batch.state_of_row
+        first = np.cumsum(drafts + 1) - (drafts + 1)
+        start_of = {states[row].req_id: int(f) for row, f in zip(rows.tolist(), first, strict=True)}  # type: ignore[union-attr]
+        index: list[int] = []
+        for req_id in plan.grammar_ids:
+            row = self.batch.row_of[req_id]
+            index.extend(range(start_of[req_id], start_of[req_id] + int(self.batch.num_drafts[row]) + 1))
+        bitmask.apply(logits, index, bitmask.from_bytes(plan.grammar_bitmask, logits.shape[-1]))
+
+    def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray) -> list[RequestSample]:
+        """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens."""
+        states = self.batch.state_of_row
+        if not drafts.any():
+            sampled = self.sampler(logits, self.batch, rows)
+            self.batch.append_tokens(rows, sampled.token_ids)
+            return [RequestSample(states[row].req_id, [token], None if lp is None else [lp])  # type: ignore[union-attr]
+                    for row, token, lp in zip(rows.tolist(), sampled.token_ids.tolist(), sampled.logprobs,
+                                              strict=True)]
+        spans = drafts + 1
+        ends = np.cumsum(spans)
+        plain = drafts == 0
+        out: dict[int, RequestSample] = {}
+        if plain.any():
+            index = torch.from_numpy(ends[plain] - 1).to(logits.device)
+            for sample in self.sample(logits[index], rows[plain], drafts[plain]):
+                out[self.batch.row_of[sample.req_id]] = sample
+        spec_rows = rows[~plain].tolist()
+        index = np.concatenate([np.arange(e - s, e) for e, s in zip(ends[~plain], spans[~plain], strict=True)])
+        proposed = [self.batch.token_ids[row, self.batch.num_tokens[row]:][: self.batch.num_drafts[row]].tolist()
+                    for row in spec_rows]
+        probs = [self._draft_probs.pop(states[row].req_id, None) for row in spec_rows]  # type: ignore[union-attr]
+        probs = [None if p is None else p[: len(d)] for p, d in zip(probs, proposed, strict=True)]
+        verified = verify(logits[torch.from_numpy(index).to(logits.device)], self.batch, spec_rows, proposed, probs,
+                          self.sampler.generator)
+        for row, result in zip(spec_rows, verified, strict=True):
+            self.batch.extend(row, result.token_ids)
+            out[row] = RequestSample(states[row].req_id, result.token_ids, result.logprobs)  # type: ignore[union-attr]
+        return [out[row] for row in rows.tolist()]
+
+    def propose(self, samples: list[RequestSample]) -> list[RequestSample]:
+        """Ask the proposer for the next step's drafts of every request that just sampled."""
+        assert self.proposer is not None
+        batch = self.batch
+        requests = []
+        for sample in samples:
+            row = batch.row_of[sample.req_id]
+            room = batch.max_model_len - int(batch.num_tokens[row]) - 1
+            requests.append(ProposalRequest(sample.req_id, batch.all_token_ids(row),
+                                            max(0, min(self.proposer.num_speculative_tokens, room))))
+        proposals = self.proposer.propose(requests)
+        out = []
+        for sample, proposal in zip(samples, proposals, strict=True):
+            if proposal.probs is not None and proposal.token_ids:
+                self._draft_probs[sample.req_id] = proposal.probs
+            out.append(RequestSample(sample.req_id, sample.token_ids, sample.logprobs, list(proposal.token_ids)))
+        return out
+
+    def _forget_drafts(self, plan: SchedulerOutput) -> None:
+        assert self.proposer is not None
+        for req_id in (*plan.finished_ids, *plan.preempted_ids):
+            self._draft_probs.pop(req_id, None)
+            self.proposer.forget(req_id)

@@ -16,6 +16,7 @@ import torch
 
 from frame.engine.batch import PersistentBatch
 from frame.engine.protocol import TokenLogprobs
+from frame.sampling_params import SamplingParams
 
 
 @dataclass
@@ -60,16 +61,10 @@ class Sampler:
             return logits
         logits = logits.clone()  # the raw logits may still be needed for logprobs
         for i in penalised.tolist():
-            row, out = logits[i], int(rows[i])
-            if rep[i] != 1.0:
-                seen = torch.from_numpy(np.unique(batch.all_token_ids(out)).astype(np.int64))
-                picked = row[seen]
-                row[seen] = torch.where(picked > 0, picked / float(rep[i]), picked * float(rep[i]))
-            outputs = batch.output_token_ids(out)
-            if (pres[i] or freq[i]) and len(outputs):
-                counts = torch.bincount(torch.from_numpy(outputs.astype(np.int64)), minlength=row.numel())
-                counts = counts.to(row.device, row.dtype)
-                row -= float(freq[i]) * counts + float(pres[i]) * (counts > 0).to(row.dtype)
+            row = int(rows[i])
+            state = batch.state_of_row[row]
+            assert state is not None
+            penalize(logits[i], state.params, batch.all_token_ids(row), batch.output_token_ids(row))
         return logits
 
     @staticmethod
@@ -94,7 +89,7 @@ class Sampler:
         index = torch.from_numpy(sampled).to(device)
         sub = logits[index] / torch.from_numpy(temperature[sampled]).to(device).unsqueeze(1)
         picked = rows[sampled]
-        sub = _top_k_top_p_min_p(sub, batch.top_k[picked], batch.top_p[picked], batch.min_p[picked])
+        sub = top_k_top_p_min_p(sub, batch.top_k[picked], batch.top_p[picked], batch.min_p[picked])
         probs = torch.softmax(sub, dim=-1)
         # Noise is drawn on the host, where the request generators live, then moved to the logits' device.
         noise = torch.empty(probs.shape, dtype=probs.dtype)
@@ -108,6 +103,20 @@ class Sampler:
         # argmax(p / q) with q ~ Exp(1) draws from p (the exponential-race form of the Gumbel trick).
         tokens[index] = row_argmax(probs / noise.to(device))
         return tokens
+
+
+def penalize(row: torch.Tensor, params: SamplingParams, seen: np.ndarray, outputs: np.ndarray) -> None:
+    """Apply ``params``' repetition penalty over the ``seen`` token ids (prompt and output) and its presence and
+    frequency penalties over ``outputs`` to one row of logits, in place."""
+    if params.repetition_penalty != 1.0 and len(seen):
+        ids = torch.from_numpy(np.unique(seen).astype(np.int64)).to(row.device)
+        picked = row[ids]
+        penalty = params.repetition_penalty
+        row[ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    if (params.presence_penalty or params.frequency_penalty) and len(outputs):
+        counts = torch.bincount(torch.from_numpy(outputs.astype(np.int64)), minlength=row.numel())
+        counts = counts.to(row.device, row.dtype)
+        row -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0).to(row.dtype)
 
 
 #: Columns per chunk of :func:`row_argmax`'s first pass.
@@ -134,7 +143,7 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
     return start + x.gather(1, columns).argmax(dim=-1)
 
 
-def _top_k_top_p_min_p(logits: torch.Tensor, top_k: np.ndarray, top_p: np.ndarray, min_p: np.ndarray) -> torch.Tensor:
+def top_k_top_p_min_p(logits: torch.Tensor, top_k: np.ndarray, top_p: np.ndarray, min_p: np.ndarray) -> torch.Tensor:
     """Mask tokens outside each row's top-k (0: no cut) / nucleus / min-p set with -inf."""
     vocab, device = logits.shape[-1], logits.device
     if bool((top_k > 0).any()) or bool((top_p < 1.0).any()):

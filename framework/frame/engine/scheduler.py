@@ -38,6 +38,7 @@ class _Step:
     """A step being planned: the requests it computes, in batch order, and what happened to make room."""
 
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    spec: dict[str, list[int]] = field(default_factory=dict)  # drafts verified this step, by request
     copies: list[BlockCopy] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     budget: int = 0
@@ -53,11 +54,13 @@ class _Step:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What :meth:`Scheduler.update` did: tokens appended per request (fewer than sampled when a stop cut them)
-    and the requests that finished."""
+    """What :meth:`Scheduler.update` did: tokens appended per request (fewer than sampled when a stop cut them),
+    the requests that finished, and the drafts verified and kept in the step."""
 
     appended: dict[str, int]
     finished: list[Sequence]
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 class Scheduler:
@@ -109,11 +112,16 @@ class Scheduler:
 
     def abort(self, seq_id: str) -> Sequence | None:
         """Remove a request wherever it is, free its blocks, mark it FINISHED_ABORTED; None if unknown."""
+        return self.finish(seq_id, SequenceStatus.FINISHED_ABORTED)
+
+    def finish(self, seq_id: str, status: SequenceStatus) -> Sequence | None:
+        """End a request wherever it is with ``status`` (an abort, or a stop the engine decided: a completed
+        grammar), freeing its blocks; None if unknown."""
         seq = self._live.get(seq_id)
         if seq is None:
             return None
         (self.running if seq in self.running else self.waiting).remove(seq)
-        self._end(seq, SequenceStatus.FINISHED_ABORTED)
+        self._end(seq, status)
         return seq
 
     def _end(self, seq: Sequence, status: SequenceStatus, reason: int | str | None = None) -> None:
@@ -137,7 +145,9 @@ class Scheduler:
         index = 0
         while index < len(self.running) and step.budget > 0:
             seq = self.running[index]
-            num_new = min(seq.num_uncomputed_tokens, step.budget)
+            # Drafts ride as lookahead slots after a decode's token, as many as the budget leaves room for.
+            spec = seq.spec_token_ids[: step.budget - 1] if seq.num_uncomputed_tokens == 1 else []
+            num_new = min(seq.num_uncomputed_tokens + len(spec), step.budget)
             if not self.limits.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
                 index += 1
                 continue
@@ -149,6 +159,8 @@ class Scheduler:
             else:
                 step.scheduled.append((seq, num_new))
                 step.budget -= num_new
+                if spec:
+                    step.spec[seq.seq_id] = spec
             # Preempting an earlier request shifts the list; re-find where this one stands.
             if seq in self.running:
                 index = self.running.index(seq) + 1
@@ -231,6 +243,7 @@ class Scheduler:
                 running.append(RunningRequest(
                     req_id=seq.seq_id, new_block_ids=list(table if resumed else table[held:]),
                     num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new, resumed=resumed,
+                    spec_token_ids=step.spec.get(seq.seq_id, []),
                 ))
             self._runner_blocks[seq.seq_id] = len(table)
         ended, self._ended = self._ended, []
@@ -243,31 +256,61 @@ class Scheduler:
 
     # -- after the step -----------------------------------------------------------------------------------
     def update(self, plan: SchedulerOutput, output: RunnerOutput) -> StepOutcome:
-        """Account for a finished step: progress, KV publication, sampled tokens, stop rules, freeing."""
+        """Account for a finished step: sampled tokens, stop rules, progress, KV publication, freeing, drafts."""
         samples = {s.req_id: s for s in output.samples}
         appended: dict[str, int] = {}
         finished: list[Sequence] = []
+        drafted = accepted = 0
         for req in (*plan.new_requests, *plan.running):
             seq = self._live.get(req.req_id)
             if seq is None:  # aborted between schedule() and update()
                 continue
-            reaches_end = seq.num_computed_tokens + req.num_new_tokens == seq.num_tokens
-            seq.num_computed_tokens += req.num_new_tokens
-            self.cache.commit(seq)
-            if not reaches_end:  # a prefill chunk short of the prompt's end: nothing was sampled
+            spec = req.spec_token_ids if isinstance(req, RunningRequest) else []
+            seq.spec_token_ids = []
+            if seq.num_computed_tokens + req.num_new_tokens != seq.num_tokens + len(spec):
+                # A prefill chunk short of the prompt's end: nothing was sampled.
+                seq.num_computed_tokens += req.num_new_tokens
+                self.cache.commit(seq)
                 continue
             sample = samples.get(req.req_id)
             if sample is None:
                 raise ValueError(f"the step sampled request {req.req_id} but no result was reported for it")
-            count = 0
-            for token in sample.token_ids:
-                seq.append_token(token)
-                count += 1
-                stop = stop_status(seq, self.limits.max_model_len)
-                if stop is not None:
-                    finished.append(seq)
-                    self.running.remove(seq)
-                    self._end(seq, *stop)
-                    break
+            kept = len(sample.token_ids) - 1  # drafts the target agreed with
+            drafted, accepted = drafted + len(spec), accepted + kept
+            count, stop = self._append(seq, sample.token_ids)
             appended[req.req_id] = count
-        return StepOutcome(appended, finished)
+            # KV is valid for the last real token and the kept drafts (the rejected drafts' slots are rewritten
+            # later), and never for more tokens than a stop left in the sequence.
+            seq.num_computed_tokens = min(seq.num_computed_tokens + req.num_new_tokens - (len(spec) - kept),
+                                          seq.num_tokens)
+            self.cache.commit(seq)
+            if stop is not None:
+                self.running.remove(seq)
+                self._end(seq, *stop)
+                finished.append(seq)
+                continue
+            seq.spec_token_ids = sample.draft_token_ids[: self._draft_room(seq)]
+        return StepOutcome(appended, finished, drafted, accepted)
+
+    def _append(self, seq: Sequence, tokens: list[int]) -> tuple[int, tuple[SequenceStatus, int | None] | None]:
+        """Append sampled tokens one by one until a stop rule says ``seq`` is done; returns how many were
+        appended and the stop (None: still running)."""
+        for count, token in enumerate(tokens, start=1):
+            seq.append_token(token)
+            stop = stop_status(seq, self.limits.max_model_len)
+            if stop is not None:
+                return count, stop
+        return len(tokens), None
+
+    def _room(self, seq: Sequence) -> int:
+        """Tokens ``seq`` may still gain: up to ``max_tokens`` and the context length."""
+        room = self.limits.max_model_len - seq.num_tokens
+        if seq.params.max_tokens is not None:
+            room = min(room, seq.params.max_tokens - seq.num_output_tokens)
+        return room
+
+    def _draft_room(self, seq: Sequence) -> int:
+        """Drafts worth verifying: a step that keeps them all adds one token more, which must still fit."""
+        limit = seq.params.num_speculative_tokens
+        room = self._room(seq) - 1
+        return max(0, room if limit is None else min(room, limit))

@@ -33,6 +33,7 @@ class Selection:
     sched: str
     dtype: torch.dtype
     options: dict[str, BaseModel | None]
+    proposer: str | None = None
 
 
 def _options(hooks: PluginHooks, config: EngineConfig, kind: str, name: str) -> BaseModel | None:
@@ -114,8 +115,15 @@ def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
         "cache": _options(hooks, config, "cache", config.cache),
         "scheduler": _options(hooks, config, "scheduler", config.sched),
     }
+    proposer = config.speculative_proposer
+    if proposer is not None:
+        hooks.registry.load("proposer", proposer)
+        options["proposer"] = _options(hooks, config, "proposer", proposer)
+    elif config.speculative_options:
+        raise ConfigError("speculative_options were given without speculative_proposer; name the proposer "
+                          "(--speculative-proposer ngram).", param="speculative_options")
     return Selection(platform, platform_name, attn, config.cache, config.sched, select_dtype(config, platform),
-                     options)
+                     options, proposer)
 
 
 def select_model_family(hooks: PluginHooks, architecture: str) -> str:

@@ -14,12 +14,14 @@ import logging
 import torch
 
 from frame.config import EngineConfig
+from frame.drafting import DraftModel
 from frame.engine.attention_layers import create_layer_attention, family_specs
 from frame.engine.plan import RunnerOutput, SchedulerOutput
 from frame.engine.runner import ModelRunner
 from frame.engine.selection import Selection, model_options, select, select_model_family
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM
+from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.layers import attach_platform_kernels
 from frame.model_source import ModelSource
 from frame.parallel import ParallelContext, parallel_context, set_parallel_context
@@ -58,6 +60,7 @@ class Worker:
         sel = self.selection
         self.runner = ModelRunner(model, attention, sel.platform.device, sel.dtype, config.block_size,
                                   config.max_num_seqs, max_model_len, config.seed)
+        self.runner.proposer = self.make_proposer()
 
     @property
     def rank(self) -> int:
@@ -89,6 +92,23 @@ class Worker:
         model.eval()
         attach_platform_kernels(model, sel.platform)
         return model, attention
+
+    def make_proposer(self) -> Proposer | None:
+        """The speculative-decoding proposer the config names (None without speculation)."""
+        sel = self.selection
+        if sel.proposer is None:
+            return None
+        context = ProposerContext(
+            vocab_size=int(self.source.hf_config.vocab_size), max_model_len=self.max_model_len,
+            max_num_seqs=self.config.max_num_seqs, world_size=self.parallel.world_size,
+            load_draft_model=self._load_draft_model,
+        )
+        return self.hooks.create_proposer(sel.proposer, self.config.num_speculative_tokens, context,
+                                          sel.options.get("proposer"))
+
+    def _load_draft_model(self, model: str | None, num_blocks: int) -> DraftModel:
+        return DraftModel(model, self.hooks, self.selection, self.max_model_len, self.config.block_size, num_blocks,
+                          self.config.max_num_seqs)
 
     def available_kv_blocks(self) -> int:
         """KV blocks the platform's memory budget leaves for this rank's pool after the weights."""

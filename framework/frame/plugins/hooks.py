@@ -1,27 +1,50 @@
 """PluginHooks: the one typed facade through which the core calls plugin hooks.
 
 Kind hooks are called on one named plugin (the one selected), so several plugins of a kind can be loaded at
-once (``frame plugins``, auto-selection) without answering each other's calls. Lifecycle hooks are broadcast.
+once (``frame plugins``, auto-selection) without answering each other's calls. Every call is isolated:
+
+- a kind's probing hooks (platform check and priority, attention platforms, model architectures) are asked
+  through the registry, which also asks them once at load: a plugin that raises in one is marked broken, so
+  ``load_all`` and everything built on it (auto choices, ``frame plugins``) pass over it, and asked by name it is
+  one sentence naming its wheel and the hook;
+- ``frame_attention_check`` (it needs the platform, so it is asked here) turns an exception into the reason the
+  backend cannot run, naming the hook and where the plugin comes from;
+- broadcast hooks (lifecycle, workloads) call each implementer on its own: one that raises is logged once and
+  left out, the others carry on.
+
+A selected plugin's own hooks (options, create) raise as they are: their errors are the plugin's contract (a
+backend refuses heads that do not group with ValueError, and the conformance suites check that). With
+``FRAME_TRACE_HOOKS=1`` the traceback of an isolated hook that raised is printed to stderr too.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel
 from transformers import PretrainedConfig
 
-from frame.errors import IncompatiblePluginError
+from frame.errors import FrameUsageError, IncompatiblePluginError
 from frame.interfaces.attention import AttentionBackend, AttentionSpec
 from frame.interfaces.cache import KVCacheStrategy
+from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
+from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
+from frame.interfaces.tool_parser import ToolParser
+from frame.plugins.calls import call_one, describe, implementers
+from frame.plugins.kinds import KINDS
 from frame.plugins.registry import PluginRegistry
 
 if TYPE_CHECKING:
     from frame.workloads.base import Workload
+
+log = logging.getLogger("frame.plugins")
 
 _MISSING = object()
 
@@ -31,19 +54,39 @@ class PluginHooks:
 
     def __init__(self, registry: PluginRegistry) -> None:
         self.registry = registry
+        self._warned: set[tuple[str, str]] = set()
 
     def _call(self, kind: str, name: str, hook: str, default: Any = _MISSING, **kwargs: Any) -> Any:
         self.registry.load(kind, name)
-        pm = self.registry.pm
-        target = f"{kind}:{name}"
-        # Call through pluggy (so tracing and argument handling apply), restricted to the one plugin asked.
-        others = [plugin for plugin_name, plugin in pm.list_name_plugin() if plugin_name != target]
-        results = pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+        results = call_one(self.registry.pm, f"{kind}:{name}", hook, **kwargs)
         if results:
             return results[0]
         if default is not _MISSING:
             return default
-        raise IncompatiblePluginError(f"The {kind} plugin '{name}' returned nothing from {hook}.")
+        raise IncompatiblePluginError(f"The {kind} plugin '{name}' returned nothing from {hook}.",
+                                      param=KINDS[kind].param)
+
+    def _probe(self, kind: str, name: str, hook: str, default: Any) -> Any:
+        answer = self.registry.probe(kind, name, hook)
+        return default if answer is None else answer
+
+    def _broadcast(self, hook: str, **kwargs: Any) -> list[Any]:
+        """Every implementer's answer, first registered first; one that raises is logged (once) and skipped."""
+        answers = []
+        for plugin_name in implementers(self.registry.pm, hook):
+            try:
+                answers.extend(call_one(self.registry.pm, plugin_name, hook, **kwargs))
+            except Exception as err:
+                self._trace(err)
+                if (plugin_name, hook) not in self._warned:
+                    self._warned.add((plugin_name, hook))
+                    log.warning("The plugin '%s' raised in %s (%s); frame carries on without its answer.",
+                                plugin_name, hook, describe(err))
+        return answers
+
+    def _trace(self, err: BaseException) -> None:
+        if self.registry.tracing:
+            traceback.print_exception(err, file=sys.stderr)
 
     # -- every kind -------------------------------------------------------------------------------------
     def options_model(self, kind: str, name: str) -> type[BaseModel] | None:
@@ -51,20 +94,28 @@ class PluginHooks:
 
     # -- platform ---------------------------------------------------------------------------------------
     def platform_check(self, name: str) -> str | None:
-        return self._call("platform", name, "frame_platform_check", default=None)
+        return self._probe("platform", name, "frame_platform_check", None)
 
     def platform_priority(self, name: str) -> int:
-        return self._call("platform", name, "frame_platform_priority", default=0)
+        return self._probe("platform", name, "frame_platform_priority", 0)
 
     def create_platform(self, name: str, options: BaseModel | None) -> Platform:
         return self._call("platform", name, "frame_platform_create", options=options)
 
     # -- attention --------------------------------------------------------------------------------------
     def attention_platforms(self, name: str) -> list[str]:
-        return list(self._call("attention", name, "frame_attention_platforms", default=[]))
+        return list(self._probe("attention", name, "frame_attention_platforms", []))
 
     def attention_check(self, name: str, platform: Platform) -> str | None:
-        return self._call("attention", name, "frame_attention_check", default=None, platform=platform)
+        """None when the backend can run on ``platform``; otherwise why not (also when its check raised)."""
+        try:
+            return self._call("attention", name, "frame_attention_check", default=None, platform=platform)
+        except FrameUsageError:
+            raise
+        except Exception as err:
+            self._trace(err)
+            origin = self.registry.info("attention", name).origin
+            return f"cannot run here: its frame_attention_check raised {describe(err)} ({origin})"
 
     def create_attention(
         self, name: str, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
@@ -85,12 +136,27 @@ class PluginHooks:
     def create_scheduler(self, name: str, limits: SchedulerLimits, options: BaseModel | None) -> SchedulingPolicy:
         return self._call("scheduler", name, "frame_scheduler_create", limits=limits, options=options)
 
+    # -- speculative decoding ---------------------------------------------------------------------------
+    def create_proposer(self, name: str, num_speculative_tokens: int, context: ProposerContext,
+                        options: BaseModel | None) -> Proposer:
+        return self._call("proposer", name, "frame_proposer_create", num_speculative_tokens=num_speculative_tokens,
+                          context=context, options=options)
+
+    # -- structured outputs -----------------------------------------------------------------------------
+    def create_grammar_backend(self, name: str, tokenizer: Any, vocab_size: int, stop_token_ids: list[int],
+                               options: BaseModel | None) -> GrammarBackend:
+        return self._call("grammar", name, "frame_grammar_create", tokenizer=tokenizer, vocab_size=vocab_size,
+                          stop_token_ids=stop_token_ids, options=options)
+
+    def create_tool_parser(self, name: str, options: BaseModel | None) -> ToolParser:
+        return self._call("tool_parser", name, "frame_tool_parser_create", options=options)
+
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:
-        return list(self._call("model", name, "frame_model_architectures", default=[]))
+        return list(self._probe("model", name, "frame_model_architectures", []))
 
     def model_is_fallback(self, name: str) -> bool:
-        return bool(self._call("model", name, "frame_model_fallback", default=False))
+        return bool(self._probe("model", name, "frame_model_fallback", False))
 
     def model_attention(self, name: str, hf_config: PretrainedConfig,
                         options: BaseModel | None) -> list[AttentionSpec] | None:
@@ -108,16 +174,16 @@ class PluginHooks:
 
     # -- lifecycle (broadcast) --------------------------------------------------------------------------
     def engine_started(self, config: Any) -> None:
-        self.registry.pm.hook.frame_engine_started(config=config)
+        self._broadcast("frame_engine_started", config=config)
 
     def request_finished(self, seq_id: str, num_prompt_tokens: int, num_output_tokens: int,
                          num_cached_tokens: int, finish_reason: str) -> None:
-        self.registry.pm.hook.frame_request_finished(
-            seq_id=seq_id, num_prompt_tokens=num_prompt_tokens, num_output_tokens=num_output_tokens,
-            num_cached_tokens=num_cached_tokens, finish_reason=finish_reason,
+        self._broadcast(
+            "frame_request_finished", seq_id=seq_id, num_prompt_tokens=num_prompt_tokens,
+            num_output_tokens=num_output_tokens, num_cached_tokens=num_cached_tokens, finish_reason=finish_reason,
         )
 
     # -- workloads (broadcast) --------------------------------------------------------------------------
     def workloads(self) -> list[Workload]:
         """Every registered plugin's ``frame_workloads`` answer, concatenated (first registered first)."""
-        return [w for answer in reversed(self.registry.pm.hook.frame_workloads()) for w in answer]
+        return [w for answer in self._broadcast("frame_workloads") for w in answer]

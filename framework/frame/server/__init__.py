@@ -1,10 +1,24 @@
 """The OpenAI-compatible HTTP server of ``frame serve``.
 
 :func:`build_app` makes the FastAPI app over one engine client (the engine core in a child process by default);
-the request handlers validate, apply chat templates and tokenise here, so only checked requests reach the engine.
+the request handlers validate, render chat templates and tokenise here, so only checked requests reach the engine.
+Names load on first use, so the chat-template worker (``python -m frame.server.render_worker``) stays light.
 """
 
-from frame.server.app import build_app
-from frame.server.settings import ServerLimits, ServerSettings
+from __future__ import annotations
 
-__all__ = ["ServerLimits", "ServerSettings", "build_app"]
+from typing import Any
+
+__all__ = ["HttpLimits", "ServerLimits", "ServerSettings", "build_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_app":
+        from frame.server.app import build_app
+
+        return build_app
+    if name in ("HttpLimits", "ServerLimits", "ServerSettings"):
+        from frame.server import settings
+
+        return getattr(settings, name)
+    raise AttributeError(name)

@@ -1,87 +1,114 @@
 """build_app: the FastAPI app of ``frame serve`` over one engine (child process or in-process thread).
 
-The lifespan starts the engine client and loads the tokenizer concurrently, then publishes a
-:class:`ServerState` on ``app.state.frame``; on shutdown it stops the engine. An ASGI middleware guards every
-route but ``/health`` with the API key, before the body is read.
+The lifespan starts the engine client while it loads the tokenizer and starts the chat-template workers, then
+publishes a :class:`ServerState` on ``app.state.frame`` and an :class:`EngineSupervisor` that watches the engine;
+on shutdown it stops them all. Two ASGI middlewares run before routing: :class:`RequestGuard` (body limits,
+``Connection: close``, the JSON 500) and, when keys are configured, :class:`ApiKeyMiddleware`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from frame.config import EngineConfig
-from frame.engine.mp import AsyncEngine, make_client
+from frame.engine.mp import AsyncEngine, EngineClient, make_client
 from frame.model_source import ModelSource
 from frame.server import chat, completions, routes
-from frame.server.errors import error_body, install_error_handlers
+from frame.server.auth import ApiKeyMiddleware
+from frame.server.errors import install_error_handlers
+from frame.server.guard import RequestGuard
 from frame.server.metrics import ServerMetrics
+from frame.server.openapi import install_openapi
+from frame.server.prompts import Prompts, render_init
+from frame.server.render_pool import RenderPool
 from frame.server.settings import ServerSettings
 from frame.server.state import ServerState
+from frame.server.supervisor import EngineSupervisor
 from frame.version import __version__
 
 log = logging.getLogger("frame.server")
 
-#: Paths served without an API key.
-OPEN_PATHS = frozenset({"/health"})
 
-
-class ApiKeyMiddleware:
-    """Refuses (401, OpenAI shape) any request but OPEN_PATHS without ``Authorization: Bearer <key>``."""
-
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
-            await self.app(scope, receive, send)
-            return
-        why = "No API key was sent" if not given else "The API key is wrong"
-        body = json.dumps(error_body(f"{why}; send 'Authorization: Bearer <key>'.", 401, "invalid_api_key")).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": body})
+def _cannot_exit(code: int) -> None:
+    log.error("the server should exit with status %d, but it was not started by run_server", code)
 
 
 def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     """The app; the engine starts when the app's lifespan starts (uvicorn does that before serving)."""
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def start_engine() -> EngineClient:
         client = make_client(settings.engine_mode, config)
-        source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
         try:
-            info, tokenizer = await asyncio.gather(client.start(), asyncio.to_thread(lambda: source.tokenizer))
+            await client.start()
         except BaseException:
             await client.shutdown()
             raise
+        return client
+
+    async def start_prompts() -> tuple[Any, RenderPool]:
+        source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+        tokenizer = await asyncio.to_thread(lambda: source.tokenizer)
+        pool = RenderPool(render_init(tokenizer), settings.tokenizer_workers, settings.tokenize_timeout_s)
+        try:
+            await pool.start()
+        except BaseException:
+            await pool.close()
+            raise
+        return tokenizer, pool
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        started = await asyncio.gather(start_engine(), start_prompts(), return_exceptions=True)
+        if any(isinstance(r, BaseException) for r in started):
+            client, prompts = started
+            if isinstance(client, EngineClient):
+                await client.shutdown()
+            if isinstance(prompts, tuple):
+                await prompts[1].close()
+            raise next(r for r in started if isinstance(r, BaseException))
+        client, (tokenizer, pool) = started  # type: ignore[misc]
+        info = client.info
         log.info("engine ready (%s mode, pid %s): %s, max_model_len %d, %d KV blocks", client.mode, client.pid,
                  info.model_name, info.max_model_len, info.num_blocks)
-        app.state.frame = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info,
-                                      ServerMetrics())
+        state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, ServerMetrics(),
+                            Prompts(tokenizer, pool, settings))
+        app.state.frame = state
+
+        async def restart_engine() -> EngineClient:
+            await state.client.shutdown()  # the dead one: its sockets and folder
+            return await start_engine()
+
+        supervisor = EngineSupervisor(settings.on_engine_death, settings.max_engine_restarts, restart_engine,
+                                      state.replace_engine, lambda code: app.state.request_exit(code))
+        watcher = asyncio.create_task(supervisor.watch(state.engine), name="engine-supervisor")
         try:
             yield
         finally:
-            await client.shutdown()
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await state.client.shutdown()
+            await pool.close()
+            state.prompts.close()
             app.state.frame = None
 
     app = FastAPI(title="frame", version=__version__, lifespan=lifespan)
     app.state.frame = None
+    app.state.request_exit = _cannot_exit
     install_error_handlers(app)
     for module in (routes, completions, chat):
         app.include_router(module.router)
-    if settings.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    install_openapi(app, settings)
+    if settings.api_keys:
+        app.add_middleware(ApiKeyMiddleware, api_keys=settings.api_keys, salt_by_key=settings.salt_by_key)
+    app.add_middleware(RequestGuard, max_body_bytes=settings.http.max_body_bytes,
+                       body_timeout_s=settings.http.body_timeout_s,
+                       draining=lambda: bool(app.state.frame and app.state.frame.draining))
     return app

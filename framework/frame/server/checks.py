@@ -1,8 +1,9 @@
 """The server's checks: everything about a request is verified here, before anything reaches the engine core.
 
 Sampling ranges are SamplingParams' own (it raises InvalidSamplingError naming the field); this module adds the
-server's limits (n, max_tokens, logprobs, stop lists), the model name, the cache salt, token ids inside the
-vocabulary and the context length, with the same message the engine core's ``check_request`` gives.
+server's limits (n, max_tokens, logprobs, stop lists and their length), the seed of the last of ``n`` completions,
+the model name, the cache salt, token ids inside the vocabulary and the context length, with the same message the
+engine core's ``check_request`` gives.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 from frame.errors import FrameUsageError, InvalidSamplingError, PromptTooLongError
 from frame.sampling_params import SamplingParams
 from frame.server.errors import ServerError
-from frame.server.schemas import SamplingFields
+from frame.server.fields import UINT64_MAX
+from frame.server.schemas import MAX_CACHE_SALT_CHARS, SamplingFields
 from frame.server.settings import ServerLimits
-
-MAX_CACHE_SALT_CHARS = 256
 
 
 def check_model(requested: str | None, served: list[str]) -> None:
@@ -69,6 +69,15 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
     _limit(max_tokens, limits.max_tokens, "max_tokens", "tokens")
     _limit(logprobs, limits.max_logprobs, "logprobs", "top logprobs")
     _limit(len(stop), limits.max_stop, "stop", "stop strings")
+    stop_chars = sum(len(s) for s in stop)
+    if stop_chars > limits.max_stop_chars:
+        raise ServerError(f"stop holds {stop_chars} characters in all, over this server's limit of "
+                          f"{limits.max_stop_chars} (--max-stop-chars); send shorter stop strings.",
+                          status=400, code="limit_exceeded", param="stop")
+    if req.seed is not None and req.seed + req.n - 1 > UINT64_MAX:
+        raise InvalidSamplingError(f"seed {req.seed} with n={req.n} gives the last completion seed "
+                                   f"{req.seed + req.n - 1}, past 64 bits; send a seed of at most "
+                                   f"{UINT64_MAX - req.n + 1}.", param="seed")
     if req.stop_token_ids:
         check_token_ids(req.stop_token_ids, vocab_size, "stop_token_ids")
     check_cache_salt(req.cache_salt)

@@ -10,13 +10,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from frame.engine.mp import EngineDeadError
-from frame.errors import FrameUsageError
 from frame.outputs import RequestOutput
 from frame.server.checks import check_length, check_model, sampling_params
-from frame.server.deps import check_ids, default_max_tokens, get_state, new_id, tokenize_text
-from frame.server.errors import ServerError, dead_engine_body, usage_error_body
-from frame.server.formatting import DONE, completion_logprobs, sse, usage, usage_counts
+from frame.server.deps import cache_salt, check_ids, default_max_tokens, get_state, new_id
+from frame.server.errors import ServerError
+from frame.server.formatting import completion_logprobs, sse, sse_stream, usage
 from frame.server.generation import ClientDisconnectedError, Generation, PromptJob
 from frame.server.schemas import CompletionRequest
 from frame.server.state import ServerState
@@ -24,11 +22,10 @@ from frame.server.state import ServerState
 router = APIRouter()
 
 
-def _jobs(state: ServerState, prompt: str | list[str] | list[int] | list[list[int]]) -> list[PromptJob]:
+async def _jobs(state: ServerState, prompt: str | list[str] | list[int] | list[list[int]]) -> list[PromptJob]:
+    """The prompts of a request, tokenised (the schema guarantees no prompt and no list is empty)."""
     if isinstance(prompt, str):
-        return [PromptJob(prompt, tokenize_text(state, prompt))]
-    if not prompt:
-        raise FrameUsageError("prompt is an empty list; send text or token ids.", param="prompt")
+        return [PromptJob(prompt, ids) for ids in await state.prompts.encode([prompt])]
     limit = state.settings.limits.max_prompts
     if len(prompt) > limit and not isinstance(prompt[0], int):
         raise ServerError(f"prompt holds {len(prompt)} prompts, over this server's limit of {limit}.",
@@ -36,7 +33,8 @@ def _jobs(state: ServerState, prompt: str | list[str] | list[int] | list[list[in
     if isinstance(prompt[0], int):
         return [PromptJob(None, check_ids(state, list(prompt)))]  # type: ignore[arg-type]
     if isinstance(prompt[0], str):
-        return [PromptJob(p, tokenize_text(state, p)) for p in prompt]  # type: ignore[arg-type]
+        texts: list[str] = prompt  # type: ignore[assignment]
+        return [PromptJob(p, ids) for p, ids in zip(texts, await state.prompts.encode(texts), strict=True)]
     return [PromptJob(None, check_ids(state, list(p))) for p in prompt]  # type: ignore[arg-type]
 
 
@@ -59,18 +57,21 @@ async def create_completion(req: CompletionRequest, raw: Request,
                             state: ServerState = Depends(get_state)) -> Response:
     check_model(req.model, state.model_names)
     _unsupported(req)
-    jobs = _jobs(state, req.prompt)
+    jobs = await _jobs(state, req.prompt)
     longest = max(len(j.ids) for j in jobs)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens(state, longest)
+    limit = state.settings.limits.max_tokens
+    if "max_tokens" not in req.model_fields_set and limit is not None:
+        max_tokens = min(max_tokens, limit)  # OpenAI's default of 16 never exceeds the operator's limit
     params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=req.logprobs,
                              vocab_size=state.info.vocab_size)
     for job in jobs:
         check_length(len(job.ids), params.max_tokens, state.info.max_model_len)
-    gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, req.cache_salt)
+    gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, cache_salt(raw, req.cache_salt))
     gen.admit()
     created = int(time.time())
     if req.stream:
-        return StreamingResponse(_stream(gen, req, state, created), media_type="text/event-stream",
+        return StreamingResponse(sse_stream(_stream(gen, req, state, created)), media_type="text/event-stream",
                                  background=BackgroundTask(gen.release))
     try:
         results = await gen.collect(raw)
@@ -95,7 +96,7 @@ def _body(gen: Generation, req: CompletionRequest, state: ServerState, created: 
             choices.append({"index": p * req.n + out.index, "text": prefix + out.text, "logprobs": logprobs,
                             "finish_reason": out.finish_reason, "stop_reason": out.stop_reason})
     return {"id": gen.request_id, "object": "text_completion", "created": created, "model": state.model_name,
-            "choices": choices, "usage": usage(results)}
+            "choices": choices, "usage": usage(results, state.settings.prompt_tokens_details)}
 
 
 async def _stream(gen: Generation, req: CompletionRequest, state: ServerState, created: int) -> AsyncIterator[str]:
@@ -104,32 +105,18 @@ async def _stream(gen: Generation, req: CompletionRequest, state: ServerState, c
                     "model": state.model_name, "choices": choices, **extra})
 
     offsets: dict[int, int] = {}
-    completion_tokens, cached = 0, 0
-    try:
-        if req.echo:
-            for p, job in enumerate(gen.jobs):
-                text = _text(state, job)
-                yield chunk([{"index": p * req.n + i, "text": text, "logprobs": None, "finish_reason": None}
-                             for i in range(req.n)])
-        async for p, item in gen.stream():
-            if isinstance(item, RequestOutput):
-                cached += item.num_cached_tokens
-                continue
-            completion_tokens += len(item.token_ids)
-            if not item.text and item.finish_reason is None and item.logprobs is None:
-                continue
-            index = p * req.n + item.index
-            logprobs = None
-            if item.logprobs is not None and req.logprobs is not None:
-                logprobs = completion_logprobs(item.token_ids, item.logprobs, req.logprobs, offsets.get(index, 0))
-                offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs["tokens"])
-            yield chunk([{"index": index, "text": item.text, "logprobs": logprobs,
-                          "finish_reason": item.finish_reason, "stop_reason": item.stop_reason}])
-        if req.stream_options is not None and req.stream_options.include_usage:
-            prompt_tokens = sum(len(j.ids) for j in gen.jobs)
-            yield chunk([], usage=usage_counts(prompt_tokens, completion_tokens, cached))
-    except EngineDeadError as err:
-        yield sse(dead_engine_body(err))
-    except FrameUsageError as err:
-        yield sse(usage_error_body(err))
-    yield DONE
+    if req.echo:
+        for p, job in enumerate(gen.jobs):
+            text = _text(state, job)
+            yield chunk([{"index": p * req.n + i, "text": text, "logprobs": None, "finish_reason": None}
+                         for i in range(req.n)])
+    async for p, item in gen.deltas():
+        index = p * req.n + item.index
+        logprobs = None
+        if item.logprobs is not None and req.logprobs is not None:
+            logprobs = completion_logprobs(item.token_ids, item.logprobs, req.logprobs, offsets.get(index, 0))
+            offsets[index] = offsets.get(index, 0) + sum(len(t) for t in logprobs["tokens"])
+        yield chunk([{"index": index, "text": item.text, "logprobs": logprobs,
+                      "finish_reason": item.finish_reason, "stop_reason": item.stop_reason}])
+    if req.stream_options is not None and req.stream_options.include_usage:
+        yield chunk([], usage=gen.usage(state.settings.prompt_tokens_details))

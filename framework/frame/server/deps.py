@@ -7,6 +7,7 @@ import uuid
 from fastapi import Request
 
 from frame.errors import FrameUsageError
+from frame.server.auth import TENANT_SCOPE_KEY, effective_salt
 from frame.server.checks import check_token_ids
 from frame.server.errors import ServerError
 from frame.server.state import ServerState
@@ -24,10 +25,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def tokenize_text(state: ServerState, text: str, param: str = "prompt") -> list[int]:
-    if not text:
-        raise FrameUsageError(f"{param} is empty; send at least one character.", param=param)
-    return list(state.tokenizer(text).input_ids)
+def cache_salt(request: Request, request_salt: str | None) -> str | None:
+    """The salt of a request's prefix-cache entries: its key's digest (when keys are tenants) and its own salt."""
+    return effective_salt(request_salt, request.scope.get(TENANT_SCOPE_KEY))
 
 
 def check_ids(state: ServerState, ids: list[int], param: str = "prompt") -> list[int]:

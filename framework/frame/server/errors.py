@@ -7,7 +7,7 @@ pydantic's validation errors and malformed JSON (400, as OpenAI and vLLM answer,
 
 from __future__ import annotations
 
-import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,11 +18,15 @@ from starlette.exceptions import HTTPException
 from frame.engine.mp import EngineDeadError
 from frame.errors import FrameUsageError
 
-log = logging.getLogger("frame.server")
-
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 405: "invalid_request_error", 429: "rate_limit_error",
-          503: "service_unavailable_error"}
+          404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
+#: Tags pydantic puts in an error's location for the members of a union; never field names here.
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+_FIELD = re.compile(r"[a-z_][a-z0-9_]*")
+#: An absolute filesystem path of two or more parts (``/root/.cache/frame/x``); API routes (``/v1/...``) stay.
+_FS_PATH = re.compile(r"(?<![\w.:/~-])~?/(?!v1/)(?:[^\s/'\"`:,;()<>\[\]]+/)+[^\s/'\"`:,;()<>\[\]]*")
 
 
 class ServerError(FrameUsageError):
@@ -34,9 +38,15 @@ class ServerError(FrameUsageError):
         self.status, self.code, self.headers = status, code, headers or {}
 
 
+def without_paths(message: str) -> str:
+    """The message with filesystem paths replaced by ``<path>``: clients learn nothing of the host's layout."""
+    return _FS_PATH.sub("<path>", message)
+
+
 def error_body(message: str, status: int, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI error shape; every error a client sees is built here."""
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": without_paths(message), "type": kind, "param": param, "code": code}}
 
 
 def error_response(message: str, status: int, code: str | None, param: str | None = None,
@@ -52,21 +62,45 @@ def dead_engine_body(err: EngineDeadError) -> dict[str, Any]:
     return error_body(str(err), 503, "engine_dead")
 
 
+def _is_field(part: int | str) -> bool:
+    """A location part that names a field or an index, not a union member's tag ('str', 'list[int]', ...)."""
+    return isinstance(part, int) or (part not in _TYPE_TAGS and _FIELD.fullmatch(part) is not None)
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc if p != "body" and _is_field(p))
+
+
+def _is_type_error(error: dict[str, Any]) -> bool:
+    return str(error.get("type", "")).endswith("_type")
+
+
 def validation_message(err: RequestValidationError) -> tuple[str, str | None]:
-    """One sentence (and the param) from pydantic's list of errors."""
-    first = err.errors()[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    """One sentence (and the param) from pydantic's list of errors.
+
+    A field with several accepted shapes (``prompt``: text, token ids, or lists of either) fails once per shape;
+    the error of the first failing field that says most is reported: a value error (too short, out of range, bad
+    Unicode) over a wrong type, and the deepest one.
+    """
+    errors = err.errors()
+    first = errors[0]
     if first.get("type") == "json_invalid":
         return f"The request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}.", None
-    if not loc and first.get("type") in ("model_attributes_type", "dict_type", "missing"):
+    path = _path(first.get("loc", ()))
+    if not path and first.get("type") in ("model_attributes_type", "dict_type", "missing"):
         return "The request body must be a JSON object.", None
-    # Union members show up as extra path parts ('prompt', 'str'); report the field path only.
-    path = ".".join(p for p in loc if not p.startswith(("str", "list[", "dict[", "int", "float", "bool")))
-    if first.get("type") == "extra_forbidden":
+    field = path.split(".")[0]
+    same = [e for e in errors if _path(e.get("loc", ())).split(".")[0] == field]
+    chosen = max([e for e in same if not _is_type_error(e)] or same, key=lambda e: len(_path(e.get("loc", ()))))
+    path, message = _path(chosen.get("loc", ())), chosen["msg"]
+    if _is_type_error(chosen):  # every shape refused the type: say which shapes would do
+        shapes = dict.fromkeys(e["msg"].removeprefix("Input should be ") for e in same if _path(e["loc"]) == path)
+        message = "Input should be " + " or ".join(shapes)
+    if chosen.get("type") == "extra_forbidden":
         return f"Unknown parameter '{path}'; remove it.", path
-    if first.get("type") == "missing":
+    if chosen.get("type") == "missing":
         return f"'{path}' is required.", path
-    return f"Invalid value for '{path}': {first['msg']}.", path or None
+    return f"Invalid value for '{path}': {message}.", path or None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -75,7 +109,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, err: RequestValidationError) -> JSONResponse:
         message, param = validation_message(err)
-        return error_response(message, 400, "invalid_json" if param is None else "invalid_type", param)
+        return error_response(message, 400, "invalid_json" if param is None else "invalid_value", param)
 
     @app.exception_handler(ServerError)
     async def _server(_: Request, err: ServerError) -> JSONResponse:
@@ -91,10 +125,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, err: HTTPException) -> JSONResponse:
-        return error_response(str(err.detail), err.status_code, "not_found" if err.status_code == 404 else None,
+        return error_response(str(err.detail), err.status_code, _HTTP_CODES.get(err.status_code),
                               headers=getattr(err, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _crash(_: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(f"Internal server error: {type(err).__name__}.", 500, "internal_error")

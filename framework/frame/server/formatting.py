@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
+from frame.engine.mp import EngineDeadError
+from frame.errors import FrameUsageError
 from frame.outputs import PositionLogprobs, RequestOutput
+from frame.server.errors import dead_engine_body, error_body, usage_error_body
+
+log = logging.getLogger("frame.server")
 
 #: JSON has no -inf; a token the model rules out gets this logprob, as in vLLM.
 _FLOOR = -9999.0
@@ -52,16 +60,20 @@ def chat_logprobs(token_ids: list[int], positions: list[PositionLogprobs], k: in
     return {"content": content}
 
 
-def usage(results: list[RequestOutput]) -> dict[str, Any]:
+def usage(results: list[RequestOutput], details: bool = True) -> dict[str, Any]:
     """Token counts of finished requests: prompt (per prompt), completion (every choice) and cached."""
     prompt = sum(len(r.prompt_token_ids) for r in results)
     completion = sum(len(c.token_ids) for r in results for c in r.outputs)
-    return usage_counts(prompt, completion, sum(r.num_cached_tokens for r in results))
+    return usage_counts(prompt, completion, sum(r.num_cached_tokens for r in results), details)
 
 
-def usage_counts(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+def usage_counts(prompt: int, completion: int, cached: int, details: bool = True) -> dict[str, Any]:
+    """``usage``; ``details=False`` (``--no-prompt-tokens-details``) leaves out the cached-token count."""
+    counts: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}
+    if details:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached}
+    return counts
 
 
 def sse(data: dict[str, Any] | str) -> str:
@@ -70,3 +82,20 @@ def sse(data: dict[str, Any] | str) -> str:
 
 
 DONE = sse("[DONE]")
+
+
+async def sse_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A stream's events, then ``[DONE]``, whatever happens: a failure after the response started (the engine
+    died, the drain ran out of time, a bug) becomes one error event in the OpenAI shape before ``[DONE]``."""
+    try:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+    except EngineDeadError as err:
+        yield sse(dead_engine_body(err))
+    except FrameUsageError as err:
+        yield sse(usage_error_body(err))
+    except Exception:
+        log.exception("a stream failed")
+        yield sse(error_body("The server failed while streaming this response.", 500, "internal_error"))
+    yield DONE

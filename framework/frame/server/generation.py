@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 
-from frame.engine.mp import EngineDeadError, StreamItem
+from frame.engine.mp import StreamItem
 from frame.engine.output_processor import CompletionDelta
 from frame.outputs import RequestOutput
 from frame.sampling_params import SamplingParams
 from frame.server.errors import ServerError
+from frame.server.formatting import usage_counts
 from frame.server.metrics import RequestTimer
 from frame.server.state import ServerState
 
@@ -46,18 +48,26 @@ class Generation:
                  priority: int = 0, cache_salt: str | None = None) -> None:
         self.state, self.request_id, self.jobs, self.params = state, request_id, jobs, params
         self.priority, self.cache_salt = priority, cache_salt
+        self.completion_tokens = self.cached_tokens = 0  # counted by deltas(), for a stream's usage chunk
         self._reserved = 0  # waiting-queue places taken by admit() that no prompt task has taken over yet
 
     def admit(self) -> None:
-        """Refuse with 503 when the engine is dead, the server is draining or the waiting queue is full."""
+        """Refuse with 400 a request that could never be queued; with 503 when the engine is not running, the
+        server is draining or the waiting queue is full."""
         state, retry = self.state, {"Retry-After": str(self.state.settings.retry_after_s)}
+        limit, needed = state.settings.limits.max_waiting_requests, self.params.n * len(self.jobs)
+        if needed > limit:
+            raise ServerError(f"This request needs {needed} sequences (n={self.params.n} for each of "
+                              f"{len(self.jobs)} prompts), more than this server ever queues ({limit}, "
+                              "--max-waiting-requests); send fewer prompts or a smaller n.", status=400,
+                              code="limit_exceeded", param="n")
         if state.client.dead_reason is not None:
-            raise EngineDeadError(f"the engine is not running: {state.client.dead_reason}")
+            raise ServerError(f"The engine is not running ({state.client.dead_reason}); retry shortly.", status=503,
+                              code="engine_dead", headers=retry)
         if state.draining:
             raise ServerError("The server is shutting down; retry on another instance.", status=503,
                               code="server_draining", headers=retry)
-        limit = state.settings.limits.max_waiting_requests
-        if state.waiting + self.params.n * len(self.jobs) > limit:
+        if state.waiting + needed > limit:
             state.metrics.rejected.labels(status="503").inc()
             raise ServerError(f"The server's waiting queue is full ({limit} sequences); retry shortly.",
                               status=503, code="queue_full", headers=retry)
@@ -113,6 +123,20 @@ class Generation:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    async def deltas(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
+        """The stream's deltas that carry text, logprobs or an end, counting tokens on the way."""
+        async for p, item in self.stream():
+            if isinstance(item, RequestOutput):
+                self.cached_tokens += item.num_cached_tokens
+                continue
+            self.completion_tokens += len(item.token_ids)
+            if item.text or item.finish_reason is not None or item.logprobs is not None:
+                yield p, item
+
+    def usage(self, details: bool) -> dict[str, Any]:
+        """The usage of what :meth:`deltas` has streamed so far."""
+        return usage_counts(sum(len(j.ids) for j in self.jobs), self.completion_tokens, self.cached_tokens, details)
 
     async def collect(self, request: Request) -> list[RequestOutput]:
         """Run to the end and return one RequestOutput per prompt; abort if the client disconnects."""

@@ -11,9 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from frame.engine.mp import EngineDeadError
 from frame.errors import FrameUsageError
-from frame.server.chat import apply_template
 from frame.server.checks import check_model, check_token_ids
-from frame.server.deps import get_state, tokenize_text
+from frame.server.deps import get_state
 from frame.server.errors import error_response
 from frame.server.schemas import DetokenizeRequest, TokenizeRequest
 from frame.server.state import ServerState
@@ -24,14 +23,11 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """200 while the engine runs; 503 while starting, after the engine died, or while draining."""
+    """200 while the engine runs; 503 while starting, restarting, draining or after the engine died. It needs no
+    key, so it says only whether the server serves, never why not (the log says that)."""
     state: ServerState | None = getattr(request.app.state, "frame", None)
-    if state is None:
-        return error_response("The engine is starting.", 503, "starting")
-    if not state.client.healthy:
-        return error_response(f"The engine is not running: {state.client.dead_reason}.", 503, "engine_dead")
-    if state.draining:
-        return error_response("The server is shutting down.", 503, "server_draining")
+    if state is None or not state.ready:
+        return error_response("The server is not ready to serve.", 503, "unavailable")
     return JSONResponse({"status": "ok"})
 
 
@@ -53,11 +49,9 @@ async def tokenize(req: TokenizeRequest, state: ServerState = Depends(get_state)
     if (req.prompt is None) == (req.messages is None):
         raise FrameUsageError("Send exactly one of prompt or messages.", param="prompt")
     if req.messages is not None:
-        ids = apply_template(state, req.messages, req.add_generation_prompt)
-    elif req.add_special_tokens:
-        ids = tokenize_text(state, req.prompt or "")
+        ids = await state.prompts.chat(req.messages, req.add_generation_prompt)
     else:
-        ids = list(state.tokenizer(req.prompt or "", add_special_tokens=False).input_ids)
+        ids = (await state.prompts.encode([req.prompt or ""], add_special_tokens=req.add_special_tokens))[0]
     return {"count": len(ids), "max_model_len": state.info.max_model_len, "tokens": ids}
 
 
@@ -65,10 +59,10 @@ async def tokenize(req: TokenizeRequest, state: ServerState = Depends(get_state)
 async def detokenize(req: DetokenizeRequest, state: ServerState = Depends(get_state)) -> dict[str, Any]:
     check_model(req.model, state.model_names)
     check_token_ids(req.tokens, state.info.vocab_size, "tokens")
-    return {"prompt": state.tokenizer.decode(req.tokens)}
+    return {"prompt": await state.prompts.decode(req.tokens)}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response)
 async def metrics(state: ServerState = Depends(get_state)) -> Response:
     try:
         stats = await state.client.stats() if state.client.healthy else None

@@ -1,8 +1,12 @@
-"""ServerSettings: what ``frame serve`` adds to the engine's config (names, key, limits, engine mode)."""
+"""ServerSettings: what ``frame serve`` adds to the engine's config (names, keys, limits, engine mode, supervision).
+
+Every limit has a safe default; docs/serving.md ("Security and limits") lists each with its flag.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass
@@ -14,8 +18,25 @@ class ServerLimits:
     max_tokens: int | None = None
     max_logprobs: int = 20
     max_stop: int = 16
+    #: Characters of all of a request's stop strings together (each step searches the new text for them).
+    max_stop_chars: int = 4096
     max_waiting_requests: int = 512
     max_prompts: int = 64
+    #: Characters a request may ask to tokenise: its text prompts together, or its rendered conversation.
+    max_prompt_chars: int = 1 << 20
+
+
+@dataclass
+class HttpLimits:
+    """Limits of the HTTP layer, enforced before a request is routed (and before the API key is checked)."""
+
+    max_body_bytes: int = 4 << 20
+    #: Seconds a connection has to send a request's complete headers (from connecting, or from its first byte).
+    header_timeout_s: float = 10.0
+    #: Seconds a request has to send its complete body once the app starts reading it.
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    max_connections: int = 1024
 
 
 @dataclass
@@ -23,8 +44,24 @@ class ServerSettings:
     """Everything the app needs besides the EngineConfig."""
 
     served_model_names: list[str] = field(default_factory=list)
-    api_key: str | None = None
+    api_keys: list[str] = field(default_factory=list)
+    #: "api-key": every request's prefix-cache entries are salted with its key's digest; "request": only the
+    #: request's own ``cache_salt``. None: "api-key" when more than one key is configured.
+    cache_salt_from: Literal["api-key", "request"] | None = None
     engine_mode: str = "mp"
     limits: ServerLimits = field(default_factory=ServerLimits)
+    http: HttpLimits = field(default_factory=HttpLimits)
     drain_timeout_s: float = 30.0
     retry_after_s: int = 1
+    on_engine_death: Literal["restart", "exit"] = "restart"
+    max_engine_restarts: int = 5
+    prompt_tokens_details: bool = True
+    trust_request_chat_template: bool = False
+    tokenizer_workers: int = 2
+    tokenize_timeout_s: float = 10.0
+
+    @property
+    def salt_by_key(self) -> bool:
+        if self.cache_salt_from is None:
+            return len(self.api_keys) > 1
+        return self.cache_salt_from == "api-key"

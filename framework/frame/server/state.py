@@ -1,4 +1,4 @@
-"""ServerState: what the request handlers share (engine, tokenizer, limits, metrics, draining flag)."""
+"""ServerState: what the request handlers share (engine, tokenizer, prompts, limits, metrics, draining flag)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from frame.engine.mp import AsyncEngine, EngineClient
 from frame.engine.mp.messages import Ready
 from frame.server.metrics import ServerMetrics
+from frame.server.prompts import Prompts
 from frame.server.settings import ServerSettings
 
 
@@ -17,7 +18,8 @@ class ServerState:
     """One per app, built by the lifespan once the engine is ready.
 
     ``waiting`` counts sequences the server has sent to the engine that have not produced a first token yet;
-    it is what ``--max-waiting-requests`` bounds.
+    it is what ``--max-waiting-requests`` bounds. ``client`` and ``engine`` change when the supervisor restarts
+    a dead engine, so handlers read them from here at the moment they need them.
     """
 
     settings: ServerSettings
@@ -26,6 +28,7 @@ class ServerState:
     tokenizer: Any
     info: Ready
     metrics: ServerMetrics
+    prompts: Prompts
     draining: bool = False
     waiting: int = 0
     created: int = field(default_factory=lambda: int(time.time()))
@@ -37,3 +40,16 @@ class ServerState:
     @property
     def model_name(self) -> str:
         return self.model_names[0]
+
+    @property
+    def ready(self) -> bool:
+        """What ``/health`` reports: the engine runs and the server is not draining."""
+        return self.client.healthy and not self.draining
+
+    def replace_engine(self, client: EngineClient) -> AsyncEngine:
+        """Serve from a freshly started engine (after the old one died)."""
+        assert client.info is not None
+        self.client, self.info = client, client.info
+        self.engine = AsyncEngine(client, self.tokenizer)
+        self.metrics.engine_restarts.inc()
+        return self.engine

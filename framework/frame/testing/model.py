@@ -232,11 +232,14 @@ class ModelFamilySuite:
         reference, _, _, folder = built
         source = open_weights(folder)
         names = [n for n, _ in source.tensors()]
-        dropped = names[len(names) // 2]  # a layer's tensor, whatever the family's names
+        # A tensor of the second layer, its MLP's where the names say so (model.layers.1.mlp..., transformer.h.1...).
+        second = [n for n in names if re.search(r"(?:^|\.)(?:layers|h|blocks)\.1\.", n)]
+        dropped = next((n for n in second if "mlp" in n), second[0])
         layers = self.make_attention(hooks, platform, reference.config)
         fresh = self.make_model(hooks, platform, reference.config, layers)
-        with pytest.raises(ValueError, match=r"lacks|missing"):
+        with pytest.raises(ValueError, match=r"lacks|missing") as err:
             fresh.load_weights(EditedSource(source, drop=frozenset({dropped})))
+        assert ".1." in str(err.value)
         with pytest.raises(ValueError, match=re.escape(repr(self.surprise_tensor))):
             fresh.load_weights(EditedSource(source, add={self.surprise_tensor: torch.zeros(2)}))
 

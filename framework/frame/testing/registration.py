@@ -1,4 +1,10 @@
-"""Register a plugin for one test and always remove it again, so tests never depend on what is installed."""
+"""Register plugins in process, so tests never depend on what is installed.
+
+- :func:`registered` adds a module to one registry for the duration of a block and always removes it;
+- :func:`register_source_tree` makes a plugin folder (its ``pyproject.toml`` entry points, its package imported
+  from the folder) appear installed to every registry of this process, so a plugin's own tests run before its
+  wheel is built; ``frame new-plugin`` calls it from the skeleton's ``tests/conftest.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from frame.plugins.registry import PluginRegistry
+from frame.plugins.sources import register_source_tree
+
+__all__ = ["plugin_module", "register_source_tree", "registered"]
 
 
 def plugin_module(name: str, **attributes: object) -> types.ModuleType:

@@ -6,6 +6,7 @@ from frame.hookspecs import hookimpl
 from frame.version import API_VERSION
 from frame.workloads.base import Workload
 from frame.workloads.batch import BATCH_WORKLOADS
+from frame.workloads.editing import EDITING_WORKLOADS
 from frame.workloads.sharing import SHARING_WORKLOADS
 
 FRAME_API_VERSION = API_VERSION
@@ -13,4 +14,4 @@ FRAME_API_VERSION = API_VERSION
 
 @hookimpl
 def frame_workloads() -> list[Workload]:
-    return [*SHARING_WORKLOADS, *BATCH_WORKLOADS]
+    return [*SHARING_WORKLOADS, *BATCH_WORKLOADS, *EDITING_WORKLOADS]

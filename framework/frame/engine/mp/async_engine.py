@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from frame.engine.mp.client import EngineClient, EngineDeadError
 from frame.engine.mp.messages import Outputs, Rejected
@@ -37,6 +37,8 @@ class AsyncEngine:
         self.client = client
         self.processor = OutputProcessor(tokenizer)
         self._queues: dict[str, asyncio.Queue[StreamItem | BaseException]] = {}
+        #: Set once the engine has died (a supervisor waits on it).
+        self.died = asyncio.Event()
         client.listener = self._on_message
         client.on_dead = self._on_dead
 
@@ -94,8 +96,15 @@ class AsyncEngine:
             if queue is not None:
                 queue.put_nowait(result)
 
+    def fail_all(self, error: Callable[[], BaseException]) -> None:
+        """End every open request: its stream raises ``error()``; its sequences are aborted in the engine."""
+        for request_id, queue in list(self._queues.items()):
+            self.abort(request_id)
+            queue.put_nowait(error())
+
     def _on_dead(self, reason: str) -> None:
         for request_id, queue in list(self._queues.items()):
             self.processor.drop(request_id)
             queue.put_nowait(EngineDeadError(f"the request could not finish: {reason}"))
         self._queues.clear()
+        self.died.set()

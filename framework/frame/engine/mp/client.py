@@ -14,6 +14,8 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+import msgspec
+
 from frame.engine.mp.messages import (
     AbortRequests,
     AddRequests,
@@ -25,8 +27,11 @@ from frame.engine.mp.messages import (
     Rejected,
     StatsReply,
     ToEngine,
+    decode_to_engine,
+    encode,
 )
 from frame.engine.protocol import EngineRequest, EngineStats
+from frame.errors import FrameUsageError
 
 log = logging.getLogger("frame.engine.client")
 
@@ -63,9 +68,19 @@ class EngineClient(ABC):
         return self.info
 
     def add(self, requests: list[EngineRequest]) -> None:
-        """Send sequences to schedule; their outputs reach ``listener``."""
+        """Send sequences to schedule; their outputs reach ``listener``.
+
+        The message first goes through the engine's own codec, in both engine forms: a value msgpack cannot hold
+        (an integer past 64 bits) or that the engine's decoder refuses raises here, as a usage error of this one
+        request, instead of reaching (and ending) the engine loop.
+        """
         self._check_alive()
-        self._send(AddRequests(requests))
+        msg = AddRequests(requests)
+        try:
+            decode_to_engine(encode(msg))
+        except (OverflowError, TypeError, ValueError, msgspec.MsgspecError) as err:
+            raise FrameUsageError(f"The request cannot be sent to the engine: {err}.") from None
+        self._send(msg)
 
     def abort(self, request_ids: list[str]) -> None:
         """Abort sequences (their blocks return to the pool); a no-op once the engine is dead."""

@@ -53,6 +53,10 @@ class EngineLoop:
                     self.send(Rejected(req.request_id, err.message, err.status, err.code, err.param))
                 except ValueError as err:
                     self.send(Rejected(req.request_id, str(err)))
+                except Exception:  # one request the core cannot take must not end the loop for every other
+                    log.exception("the engine could not add request %s", req.request_id)
+                    self.send(Rejected(req.request_id, "The engine could not add this request.", 500,
+                                       "internal_error"))
         elif isinstance(msg, AbortRequests):
             outputs = self.core.abort(msg.request_ids)
             if outputs:

@@ -88,6 +88,50 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
     return onednn_linear
 
 
+def pack_weight_f32(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [out, in] float32 in ``packed_linear_f32``'s layout: panels of 16 output columns, each holding the
+    16 columns' weights side by side for every input feature, [out / 16][in][16], flattened."""
+    out_features, in_features = weight.shape
+    return weight.float().reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous().reshape(-1)
+
+
+def float32_linear(weight: torch.Tensor, bias: torch.Tensor | None):
+    """``F.linear`` over a float32 ``weight`` for 2-D float32 inputs, on CPUs with AVX2 and FMA: the native
+    ``packed_linear_f32`` on a weight packed once. It beat MKL's float32 GEMM at every row count measured on a
+    Zen 3 core (1.2x at one row, 3x at 2-8 rows, where speculative decoding verifies its drafts, 1.1-1.5x at 64).
+    None where it does not apply (no AVX2, ``out`` not a multiple of 16), which keeps torch's path."""
+    load()
+    out_features = weight.shape[0]
+    if not probe.has_avx2_fma() or out_features % 16 or weight.dtype != torch.float32:
+        return None
+    op, packed = torch.ops.frame_cpu.packed_linear_f32.default, pack_weight_f32(weight)
+    float_bias = None if bias is None else bias.float().contiguous()
+
+    def native_linear(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dtype != torch.float32 or x.dim() != 2:
+            return None
+        return op(x, packed, float_bias, out_features)
+
+    return native_linear
+
+
+def float32_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
+    """SwiGLU's ``silu(gate) * up`` of ``[gate | up] = x W^T + b`` for float32 rows: the packed float32 matmul,
+    then torch's activation; None where the packed matmul does not apply."""
+    linear = float32_linear(weight, bias)
+    if linear is None:
+        return None
+
+    def swiglu(x: torch.Tensor) -> torch.Tensor | None:
+        product = linear(x)
+        if product is None:
+            return None
+        gate, up = product.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    return swiglu
+
+
 def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
     """``silu(gate) * up`` of ``[gate | up] = x W^T + b`` for 2-D bfloat16 inputs, the activation applied in the
     packed matmul's epilogue; None without AVX-512 BF16 or when the shape does not allow it (an odd ``in``, an

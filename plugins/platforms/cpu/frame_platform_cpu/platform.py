@@ -96,11 +96,16 @@ class CpuPlatform(Platform):
         return sorted(installed)[0]
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
-        """For bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel on weights packed once; oneDNN
-        for shapes it does not take), SwiGLU's projection with the activation in its epilogue, the fused
-        residual-add norm, SwiGLU activation and rotary; float32 keeps torch's
-        (bit-exact) path."""
-        if not self.options.native_kernels or not probe.has_bf16() or kernels.unavailable_reason() is not None:
+        """float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel (norms and rotary keep torch's code).
+        bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel on weights packed once; oneDNN for
+        shapes it does not take), SwiGLU's projection with the activation in its epilogue, the fused residual-add
+        norm, SwiGLU activation and rotary."""
+        if not self.options.native_kernels or kernels.unavailable_reason() is not None:
+            return None
+        weight = getattr(layer, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32:
+            return self._float32_kernel(layer)
+        if not probe.has_bf16():
             return None
         if isinstance(layer, SwiGLUProjection):  # before Linear: it is one, with the activation on top
             if layer.weight.dtype != torch.bfloat16:
@@ -116,6 +121,16 @@ class CpuPlatform(Platform):
             return kernels.fused_silu_and_mul()
         if isinstance(layer, RotateHalves):
             return kernels.fused_rotate_halves()
+        return None
+
+    @staticmethod
+    def _float32_kernel(layer: torch.nn.Module) -> Callable[..., Any] | None:
+        """float32 layers: the packed AVX2 linear (SwiGLU's activation after it, in torch); norms and rotary keep
+        torch's code, which is exact."""
+        if isinstance(layer, SwiGLUProjection):
+            return kernels.float32_swiglu_projection(layer.weight, layer.bias)
+        if isinstance(layer, Linear):
+            return kernels.float32_linear(layer.weight, layer.bias)
         return None
 
     def set_up(self) -> None:

@@ -40,6 +40,11 @@ def has_avx512_bf16() -> bool:
     return "avx512_bf16" in cpu_flags()
 
 
+def has_avx2_fma() -> bool:
+    """True on x86 CPUs with AVX2 and FMA, which the packed float32 linear kernel is written in."""
+    return {"avx2", "fma"} <= cpu_flags()
+
+
 def has_amx() -> bool:
     """True when the CPU has AMX tiles for bfloat16, where bfloat16 matmuls clearly beat float32."""
     return "amx_bf16" in cpu_flags()

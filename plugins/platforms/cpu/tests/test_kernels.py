@@ -162,3 +162,53 @@ def test_without_avx512_bf16_linears_take_onednn_and_swiglu_stays_unfused(monkey
     x = torch.randn(3, 32).bfloat16()
     assert torch.equal(kernels.bfloat16_linear(weight, None)(x), F.linear(x, weight))
     assert kernels.bfloat16_swiglu_projection(weight, None) is None
+
+
+needs_avx2_fma = pytest.mark.skipif(not probe.has_avx2_fma(), reason="the packed float32 kernel needs AVX2 and FMA")
+
+
+@needs_avx2_fma
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 8, 13, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_packed_float32_linear_matches_the_exact_product(rows: int, with_bias: bool) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    x, weight = torch.randn(rows, 200, generator=gen), torch.randn(96, 200, generator=gen)
+    bias = torch.randn(96, generator=gen) if with_bias else None
+    got = kernels.float32_linear(weight, bias)(x)
+    exact = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    assert got.dtype == torch.float32 and got.shape == (rows, 96)
+    torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-4)
+
+
+@needs_avx2_fma
+def test_packed_float32_rows_do_not_depend_on_their_batch() -> None:
+    gen = torch.Generator().manual_seed(0)
+    linear = kernels.float32_linear(torch.randn(64, 96, generator=gen), None)
+    x = torch.randn(20, 96, generator=gen)
+    together = linear(x)
+    for row in (0, 5, 6, 19):
+        assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
+        assert torch.equal(linear(x[row:]), together[row:])
+
+
+@needs_avx2_fma
+def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_torch() -> None:
+    from frame.layers import SwiGLUProjection
+
+    platform = CpuPlatform(CpuOptions())
+    linear = Linear(32, 48, True, torch.device("cpu"), torch.float32)
+    linear.weight.data.normal_()
+    linear.bias.data.normal_()
+    kernel = platform.layer_kernel(linear)
+    x = torch.randn(3, 32)
+    torch.testing.assert_close(kernel(x), F.linear(x, linear.weight, linear.bias), rtol=1e-5, atol=1e-5)
+    assert kernel(x.unsqueeze(0)) is None  # 3-D input: the layer's own torch path
+    swiglu = SwiGLUProjection(32, 16, False, torch.device("cpu"), torch.float32)
+    swiglu.weight.data.normal_()
+    fused = platform.layer_kernel(swiglu)
+    gate, up = F.linear(x, swiglu.weight).chunk(2, dim=-1)
+    torch.testing.assert_close(fused(x), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
+    odd = Linear(32, 40, False, torch.device("cpu"), torch.float32)
+    assert platform.layer_kernel(odd) is None and platform.layer_kernel(RMSNorm(32, 1e-5, torch.device("cpu"),
+                                                                                torch.float32)) is None
+    assert CpuPlatform(CpuOptions(native_kernels=False)).layer_kernel(linear) is None

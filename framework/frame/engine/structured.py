@@ -1,0 +1,110 @@
+"""StructuredOutputManager: each constrained request's grammar matcher, and the masks of every step.
+
+Runs in the engine core beside the scheduler. A request with ``structured_outputs`` is compiled when it is added
+(one compilation per distinct constraint, cached) and gets a matcher. Before each step the manager writes one
+mask row per position the step samples for it (its last token, then every draft it verifies, advancing the
+matcher over the drafts and rolling back); after the step it advances the matcher over the tokens emitted, and
+keeps only the drafts the grammar allows for the next step. The grammar backend plugin is created on first use.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from frame.engine.bitmask import words_for
+from frame.interfaces.grammar import GrammarBackend, GrammarMatcher
+from frame.sampling_params import StructuredOutputs
+
+#: Compiled grammars kept for reuse (a JSON schema compiles in milliseconds to seconds).
+CACHE_SIZE = 256
+
+
+class StructuredOutputManager:
+    """Matchers by request id; ``backend_factory()`` builds the grammar backend the first time one is needed."""
+
+    def __init__(self, backend_factory: Any, vocab_size: int) -> None:
+        self._factory = backend_factory
+        self._backend: GrammarBackend | None = None
+        self.words = words_for(vocab_size)
+        self._compiled: OrderedDict[str, Any] = OrderedDict()
+        self._matchers: dict[str, GrammarMatcher] = {}
+
+    @property
+    def backend(self) -> GrammarBackend:
+        if self._backend is None:
+            self._backend = self._factory()
+        return self._backend
+
+    def compile(self, spec: StructuredOutputs) -> Any:
+        """The compiled grammar of ``spec`` (cached); raises the backend's usage error for a bad constraint."""
+        key = spec.key()
+        if key in self._compiled:
+            self._compiled.move_to_end(key)
+            return self._compiled[key]
+        compiled = self._compiled[key] = self.backend.compile(spec)
+        if len(self._compiled) > CACHE_SIZE:
+            self._compiled.popitem(last=False)
+        return compiled
+
+    def add(self, req_id: str, spec: StructuredOutputs) -> None:
+        self._matchers[req_id] = self.backend.matcher(self.compile(spec))
+
+    def forget(self, req_id: str) -> None:
+        self._matchers.pop(req_id, None)
+
+    def __contains__(self, req_id: str) -> bool:
+        return req_id in self._matchers
+
+    @property
+    def active(self) -> bool:
+        """True while any request is constrained (steps without one skip the manager entirely)."""
+        return bool(self._matchers)
+
+    def masks(self, requests: list[tuple[str, list[int]]]) -> tuple[list[str], list[int], np.ndarray]:
+        """Mask rows of the step's sampling ``(request, drafts)`` pairs that are constrained: their ids, their row
+        counts (1 + drafts each) and the rows, int32 ``[sum, words]``."""
+        ids, counts, blocks = [], [], []
+        for req_id, drafts in requests:
+            matcher = self._matchers.get(req_id)
+            if matcher is None:
+                continue
+            rows = np.zeros((len(drafts) + 1, self.words), dtype=np.int32)
+            matcher.fill_bitmask(rows[0])
+            advanced = 0
+            for j, token in enumerate(drafts, start=1):
+                if not matcher.accept(token):
+                    rows[j:] = rows[j - 1]  # unreachable: drafts are checked when kept (see valid_drafts)
+                    break
+                advanced += 1
+                matcher.fill_bitmask(rows[j])
+            matcher.rollback(advanced)
+            ids.append(req_id)
+            counts.append(len(drafts) + 1)
+            blocks.append(rows)
+        return ids, counts, np.concatenate(blocks) if blocks else np.zeros((0, self.words), dtype=np.int32)
+
+    def accept(self, req_id: str, tokens: list[int]) -> bool:
+        """Advance ``req_id``'s matcher over the tokens a step emitted; True once its grammar is complete."""
+        matcher = self._matchers.get(req_id)
+        if matcher is None:
+            return False
+        for token in tokens:
+            if matcher.is_terminated() or not matcher.accept(token):
+                break
+        return matcher.is_terminated()
+
+    def valid_drafts(self, req_id: str, drafts: list[int]) -> list[int]:
+        """The longest prefix of ``drafts`` the grammar allows from ``req_id``'s state (state unchanged)."""
+        matcher = self._matchers.get(req_id)
+        if matcher is None or not drafts:
+            return drafts
+        kept = 0
+        for token in drafts:
+            if matcher.is_terminated() or not matcher.accept(token):
+                break
+            kept += 1
+        matcher.rollback(kept)
+        return drafts[:kept]

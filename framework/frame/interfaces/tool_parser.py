@@ -1,0 +1,43 @@
+"""ToolParser: finds the tool calls in a model's text, for chat completions with ``tools`` and ``tool_choice: auto``.
+
+With ``auto`` the model decides whether to call a tool, in whatever format its chat template taught it (Hermes
+and Qwen wrap a JSON object in ``<tool_call>`` tags, others differ); a parser plugin, chosen with
+``--tool-parser``, turns the generated text into the OpenAI shape: the text outside the calls as ``content``, and
+each call's function name and JSON arguments. ``required`` and a named function do not need a parser: the engine
+constrains the output with a JSON schema instead.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call: the function's name and its arguments as a JSON object's text."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ParsedText:
+    """A completion split into the text a user reads (None when there is none) and the tool calls."""
+
+    content: str | None
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+class ToolParser(ABC):
+    """Stateless between requests; :meth:`stream_safe_prefix` lets the server stream content deltas without
+    ever showing the beginning of a tool call as text."""
+
+    @abstractmethod
+    def parse(self, text: str) -> ParsedText:
+        """Split a whole completion. Text that looks like a call but is not valid is left as content."""
+
+    @abstractmethod
+    def stream_safe_prefix(self, text: str) -> int:
+        """How many leading characters of ``text`` (the completion so far) are certainly content, never part of a
+        tool call, so they may be streamed now. The rest is held until more text decides it."""

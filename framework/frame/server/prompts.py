@@ -1,0 +1,125 @@
+"""Prompts: what a request sends, turned into token ids off the event loop and within the server's limits.
+
+Chat templates render in killable worker processes (:class:`~frame.server.render_pool.RenderPool`); tokenising
+and detokenising run in a small thread pool, since Hugging Face tokenizers release the GIL and their work is
+linear in the text, which ``--max-prompt-chars`` (and the body limit) bound. A thread cannot be stopped, so a
+tokenisation past ``--tokenize-timeout`` is answered with a 400 while it finishes in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from frame.errors import FrameUsageError
+from frame.server.errors import ServerError
+from frame.server.render_pool import RenderPool
+from frame.server.render_worker import Init, Render
+from frame.server.schemas import ChatMessage
+from frame.server.settings import ServerSettings
+
+T = TypeVar("T")
+#: Address space a render worker may take beyond what it holds after starting.
+RENDER_MEMORY_BYTES = 1 << 30
+
+
+def render_init(tokenizer: Any) -> Init:
+    """What a render worker needs of the tokenizer: its chat template and its special tokens, as plain data."""
+    try:
+        template = tokenizer.get_chat_template()
+    except ValueError:  # the model has no chat template
+        template = None
+    variables = {name: value if isinstance(value, (str, list)) else str(value)
+                 for name, value in tokenizer.special_tokens_map.items()}
+    return Init(template, variables, RENDER_MEMORY_BYTES)
+
+
+def tokenizer_arguments(tokenizer: Any) -> frozenset[str]:
+    """Names that steer ``apply_chat_template`` or the tokenizer (``return_tensors``, ``tokenize``, ...), which a
+    request's ``chat_template_kwargs`` may not use; the template's own variables (``messages``) too."""
+    params = inspect.signature(tokenizer.apply_chat_template).parameters
+    named = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return frozenset(named | {"messages", "conversations"}) - {"chat_template"}
+
+
+class Prompts:
+    """Token ids from text, conversations through the chat template, and text from token ids."""
+
+    def __init__(self, tokenizer: Any, pool: RenderPool, settings: ServerSettings) -> None:
+        self.tokenizer, self.pool, self.settings = tokenizer, pool, settings
+        self.reserved = tokenizer_arguments(tokenizer)
+        self._threads = ThreadPoolExecutor(max_workers=settings.tokenizer_workers, thread_name_prefix="tokenize")
+
+    @property
+    def max_chars(self) -> int:
+        return self.settings.limits.max_prompt_chars
+
+    async def _in_thread(self, fn: Callable[[], T], what: str) -> T:
+        timeout = self.settings.tokenize_timeout_s
+        future = asyncio.get_running_loop().run_in_executor(self._threads, fn)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            raise ServerError(f"{what} took longer than this server's limit of {timeout:g} s (--tokenize-timeout); "
+                              "send a shorter prompt.", status=400, code="tokenize_timeout", param="prompt") from None
+
+    async def encode(self, texts: list[str], *, add_special_tokens: bool = True,
+                     param: str = "prompt") -> list[list[int]]:
+        """Token ids of each text (a 400 naming the limit when they hold too many characters in all)."""
+        total = sum(len(t) for t in texts)
+        if total > self.max_chars:
+            raise ServerError(f"{param} holds {total} characters, over this server's limit of {self.max_chars} "
+                              "(--max-prompt-chars); send a shorter prompt.", status=400, code="limit_exceeded",
+                              param=param)
+        if any(not t for t in texts):
+            raise FrameUsageError(f"{param} is empty; send at least one character.", param=param)
+
+        def run() -> list[list[int]]:
+            return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=add_special_tokens).input_ids]
+
+        return await self._in_thread(run, "Tokenising the prompt")
+
+    async def decode(self, ids: list[int]) -> str:
+        return await self._in_thread(lambda: self.tokenizer.decode(ids), "Detokenising")
+
+    def _template(self, template: str | None, variables: dict[str, Any]) -> str | None:
+        """The request's own template, if it sent one and the operator trusts request templates."""
+        from_kwargs = variables.pop("chat_template", None)
+        chosen = template if template is not None else from_kwargs
+        if chosen is None:
+            return None
+        param = "chat_template" if template is not None else "chat_template_kwargs.chat_template"
+        if not self.settings.trust_request_chat_template:
+            raise ServerError("This server renders only the model's own chat template; remove chat_template (the "
+                              "operator can allow request templates with --trust-request-chat-template).",
+                              status=400, code="chat_template_not_allowed", param=param)
+        if not isinstance(chosen, str) or not chosen:
+            raise FrameUsageError(f"{param} must be a non-empty string holding a Jinja template.", param=param)
+        return chosen
+
+    async def chat(self, messages: list[ChatMessage], add_generation_prompt: bool, template: str | None = None,
+                   kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Token ids of a conversation through the chat template (the model's, or a trusted request's)."""
+        variables = dict(kwargs or {})
+        steering = sorted(self.reserved.intersection(variables))
+        if steering:
+            raise FrameUsageError(f"chat_template_kwargs.{steering[0]} is an argument of apply_chat_template, not a "
+                                  "template variable; remove it.", param="chat_template_kwargs")
+        own = self._template(template, variables)
+        if own is None and self.pool.init.template is None:
+            raise ServerError("This model has no chat template; use /v1/completions.", status=400,
+                              code="no_chat_template", param="messages")
+        conversation = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                        for m in messages]
+        text = await self.pool.render(Render(conversation, add_generation_prompt, variables, own, self.max_chars))
+        if not text:
+            raise FrameUsageError("The chat template rendered these messages as nothing; send other messages.",
+                                  param="messages")
+        ids = await self.encode([text], add_special_tokens=False, param="messages")
+        return ids[0]
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,160 @@
+"""RenderPool: chat templates rendered in worker processes that are killed when they pass the time limit.
+
+Each worker (:mod:`frame.server.render_worker`) renders one conversation at a time. A render that takes longer
+than ``timeout_s`` is answered with a 400 naming the limit; its worker gets SIGKILL (a thread could not be
+stopped, and a spinning template would keep a core forever) and a fresh one starts in the background. The time
+limit counts from the moment a worker takes the job; waiting for a free worker is bounded separately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+
+import msgspec
+
+from frame.server.errors import ServerError
+from frame.server.render_worker import FromWorker, Init, Ready, Refused, Render, Rendered, frame
+
+log = logging.getLogger("frame.server")
+
+#: Seconds a worker has to start (import jinja and transformers' template helpers).
+START_TIMEOUT_S = 120.0
+#: Seconds between attempts to replace a worker that failed to start.
+RESPAWN_DELAY_S = 1.0
+
+
+class _Worker:
+    """One worker process and its two pipes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._decoder = msgspec.msgpack.Decoder(FromWorker)
+
+    @classmethod
+    async def start(cls, init: Init) -> _Worker:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "frame.server.render_worker", "--parent-pid", str(os.getpid()),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        worker = cls(proc)
+        try:
+            ready = await asyncio.wait_for(worker._call(init), START_TIMEOUT_S)
+        except asyncio.IncompleteReadError:
+            await worker.kill()
+            raise RuntimeError("a chat-template worker exited while starting; the log above says why") from None
+        except BaseException:
+            await worker.kill()
+            raise
+        if not isinstance(ready, Ready):
+            await worker.kill()
+            raise RuntimeError(f"the render worker answered {type(ready).__name__} instead of ready")
+        return worker
+
+    async def _call(self, msg: msgspec.Struct) -> FromWorker:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(frame(msg))
+        await self.proc.stdin.drain()
+        size = int.from_bytes(await self.proc.stdout.readexactly(4), "big")
+        return self._decoder.decode(await self.proc.stdout.readexactly(size))
+
+    async def render(self, job: Render) -> Rendered | Refused:
+        reply = await self._call(job)
+        if isinstance(reply, Ready):
+            raise RuntimeError("the render worker answered ready to a render")
+        return reply
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        await self.proc.wait()
+
+
+class RenderPool:
+    """``size`` render workers behind one async :meth:`render`; ``start`` first, ``close`` at the end."""
+
+    def __init__(self, init: Init, size: int, timeout_s: float) -> None:
+        self.init, self.size, self.timeout_s = init, size, timeout_s
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._workers: set[_Worker] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def start(self) -> None:
+        workers = await asyncio.gather(*(_Worker.start(self.init) for _ in range(self.size)))
+        for worker in workers:
+            self._add(worker)
+
+    def _add(self, worker: _Worker) -> None:
+        self._workers.add(worker)
+        self._idle.put_nowait(worker)
+
+    async def render(self, job: Render) -> str:
+        """The rendered conversation; a ServerError (400, or 503 when no worker frees up) otherwise."""
+        wait_s = START_TIMEOUT_S + self.timeout_s
+        try:
+            worker = await asyncio.wait_for(self._idle.get(), wait_s)
+        except asyncio.TimeoutError:
+            raise ServerError(f"No chat-template worker was free within {wait_s:.0f} s; retry shortly.", status=503,
+                              code="server_busy", headers={"Retry-After": "1"}) from None
+        # The job runs as its own task: a client that disconnects must not leave a worker mid-reply in the pool.
+        task = asyncio.ensure_future(self._run(worker, job))
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+        reply = await asyncio.shield(task)
+        if isinstance(reply, Refused):
+            raise ServerError(reply.message, status=400, code=reply.code, param="messages")
+        return reply.text
+
+    async def _run(self, worker: _Worker, job: Render) -> Rendered | Refused:
+        try:
+            reply = await asyncio.wait_for(worker.render(job), self.timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("a chat template ran past %.1f s; its worker is killed and replaced", self.timeout_s)
+            self._replace(worker)
+            return Refused(f"The chat template took longer than this server's limit of {self.timeout_s:g} s "
+                           "(--tokenize-timeout) to render; send a shorter conversation or a simpler template.",
+                           "template_timeout")
+        except (OSError, EOFError, asyncio.IncompleteReadError, RuntimeError, msgspec.DecodeError) as err:
+            log.error("a chat-template worker failed (%s); it is replaced", err)
+            self._replace(worker)
+            return Refused("The chat template could not be rendered within this server's limits; send a shorter "
+                           "conversation or a simpler template.", "template_failed")
+        self._idle.put_nowait(worker)
+        return reply
+
+    def _replace(self, worker: _Worker) -> None:
+        self._workers.discard(worker)
+        task = asyncio.ensure_future(self._respawn(worker))
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+
+    async def _respawn(self, old: _Worker) -> None:
+        await old.kill()
+        while not self._closed:
+            try:
+                self._add(await _Worker.start(self.init))
+                return
+            except (OSError, RuntimeError, asyncio.TimeoutError, asyncio.IncompleteReadError) as err:
+                log.error("a chat-template worker failed to start (%s); retrying", err)
+                await asyncio.sleep(RESPAWN_DELAY_S)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (for tests and logs)."""
+        return [w.proc.pid for w in self._workers]
+
+    async def close(self) -> None:
+        """Kill every worker; safe to call twice."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for worker in list(self._workers):
+            await worker.kill()
+        self._workers.clear()

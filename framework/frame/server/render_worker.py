@@ -1,0 +1,152 @@
+"""The chat-template worker: ``python -m frame.server.render_worker`` renders conversations for the API server.
+
+A Jinja template is a small program: two nested loops or ``'x' * 10**9`` cost seconds or gigabytes, and a thread
+running one cannot be stopped. So templates render here, in a child process the server can kill when a render
+passes its time limit (:class:`~frame.server.render_pool.RenderPool`), with its address space capped so a huge
+string fails with MemoryError instead of growing the host's memory. The worker holds no tokenizer: the server
+sends the model's template and special tokens once (:class:`Init`), then one :class:`Render` per conversation;
+the rendered text goes back and the server tokenises it.
+
+Frames on stdin and stdout are a 4-byte big-endian length and a msgpack message (no pickle). Anything a library
+prints goes to stderr, never into the frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import sys
+from typing import Any, BinaryIO, Union
+
+import msgspec
+
+_LENGTH = struct.Struct(">I")
+#: Longest error message sent back (a template error may quote its whole input).
+MAX_MESSAGE_CHARS = 300
+
+
+class Init(msgspec.Struct, tag="init"):
+    """Sent once: the model's template, its special tokens (``bos_token``, ...) and the memory budget."""
+
+    template: str | None
+    variables: dict[str, Any]
+    memory_bytes: int
+
+
+class Render(msgspec.Struct, tag="render"):
+    """One conversation; ``template`` replaces the model's (the server allows that only when trusted)."""
+
+    messages: list[dict[str, str]]
+    add_generation_prompt: bool
+    variables: dict[str, Any]
+    template: str | None
+    max_chars: int
+
+
+class Ready(msgspec.Struct, tag="ready"):
+    """The worker has loaded the renderer and waits for jobs."""
+
+
+class Rendered(msgspec.Struct, tag="rendered"):
+    text: str
+
+
+class Refused(msgspec.Struct, tag="refused"):
+    """The template raised, ran out of memory, or rendered more than ``max_chars``."""
+
+    message: str
+    code: str
+
+
+ToWorker = Union[Init, Render]  # noqa: UP007 - msgspec needs a typing Union
+FromWorker = Union[Ready, Rendered, Refused]  # noqa: UP007
+_encoder = msgspec.msgpack.Encoder()
+
+
+def frame(msg: msgspec.Struct) -> bytes:
+    data = _encoder.encode(msg)
+    return _LENGTH.pack(len(data)) + data
+
+
+def _read(stream: BinaryIO) -> bytes | None:
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    return stream.read(_LENGTH.unpack(head)[0])
+
+
+def _cap_memory(extra_bytes: int) -> None:
+    """Let this process grow by at most ``extra_bytes`` of address space beyond what it has now (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            size_kb = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+    except (OSError, StopIteration):
+        return
+    import resource  # POSIX only; /proc above already made this Linux
+
+    limit = size_kb * 1024 + extra_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _short(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "..."
+
+
+def render(init: Init, job: Render) -> Rendered | Refused:
+    """Render one conversation; every failure becomes a Refused with one sentence."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    template = job.template if job.template is not None else init.template
+    if template is None:
+        return Refused("This model has no chat template; use /v1/completions.", "no_chat_template")
+    try:
+        rendered, _ = render_jinja_template(conversations=[job.messages], chat_template=template,
+                                            add_generation_prompt=job.add_generation_prompt,
+                                            **{**init.variables, **job.variables})
+    except MemoryError:
+        return Refused(f"The chat template needed more than this server's {init.memory_bytes >> 20} MiB to render; "
+                       "send a shorter conversation.", "template_too_large")
+    except Exception as err:  # jinja raises for conversations a template refuses (raise_exception, bad syntax)
+        return Refused(f"The chat template refused these messages: {_short(err)}.", "template_error")
+    text = rendered[0]
+    if len(text) > job.max_chars:
+        return Refused(f"The chat template rendered {len(text)} characters, over this server's limit of "
+                       f"{job.max_chars} (--max-prompt-chars); send a shorter conversation.", "template_too_large")
+    return Rendered(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="frame-render-worker")
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints land in the log, not in the frames
+    inp = sys.stdin.buffer
+    from frame.engine.mp.proc import watch_parent
+
+    watch_parent(args.parent_pid)
+    decoder = msgspec.msgpack.Decoder(ToWorker)
+    data = _read(inp)
+    if data is None:
+        return 0
+    init = decoder.decode(data)
+    if not isinstance(init, Init):
+        raise SystemExit("render worker: the first message must be init")
+    import transformers.utils.chat_template_utils  # noqa: F401 - loaded before the cap, so the cap is all headroom
+
+    _cap_memory(init.memory_bytes)
+    out.write(frame(Ready()))
+    while (data := _read(inp)) is not None:
+        job = decoder.decode(data)
+        if isinstance(job, Render):
+            out.write(frame(render(init, job)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

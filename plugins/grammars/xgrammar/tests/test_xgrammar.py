@@ -1,0 +1,67 @@
+"""The xgrammar backend on its own: compiled constraints, masks, rollback, and errors naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from frame.engine.bitmask import unpack, words_for
+from frame.errors import InvalidSamplingError
+from frame.model_source import ModelSource
+from frame.sampling_params import StructuredOutputs
+from frame_grammar_xgrammar import XGrammarBackend
+
+VOCAB = 49152
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ModelSource.open(None).tokenizer
+
+
+@pytest.fixture(scope="module")
+def backend(tokenizer) -> XGrammarBackend:
+    return XGrammarBackend(tokenizer, VOCAB, [2])
+
+
+def allowed(matcher) -> np.ndarray:
+    row = np.zeros(words_for(VOCAB), dtype=np.int32)
+    matcher.fill_bitmask(row)
+    return unpack(row[None], VOCAB)[0]
+
+
+def test_a_choice_allows_exactly_its_strings(backend, tokenizer) -> None:
+    matcher = backend.matcher(backend.compile(StructuredOutputs(choice=["yes", "no"])))
+    first = allowed(matcher)
+    yes, no = tokenizer("yes")["input_ids"][0], tokenizer("no")["input_ids"][0]
+    assert first[yes] and first[no] and first.sum() < 50
+    assert matcher.accept(yes) and not matcher.accept(no)
+    assert allowed(matcher)[2]  # then only the stop token ...
+    assert matcher.accept(2) and matcher.is_terminated()
+
+
+def test_rollback_returns_to_an_earlier_state(backend, tokenizer) -> None:
+    matcher = backend.matcher(backend.compile(StructuredOutputs(json=json.dumps({"type": "object"}))))
+    start = allowed(matcher)
+    for token in tokenizer('{"a":')["input_ids"]:
+        assert matcher.accept(token)
+    matcher.rollback(len(tokenizer('{"a":')["input_ids"]))
+    assert (allowed(matcher) == start).all()
+
+
+def test_json_object_means_an_object(backend, tokenizer) -> None:
+    matcher = backend.matcher(backend.compile(StructuredOutputs(json_object=True)))
+    assert not matcher.accept(tokenizer("[")["input_ids"][0])
+    assert matcher.accept(tokenizer("{")["input_ids"][0])
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (StructuredOutputs(json='{"type": 3}'), "structured_outputs.json cannot be compiled: "),
+    (StructuredOutputs(regex="(("), "structured_outputs.regex cannot be compiled: "),
+    (StructuredOutputs(grammar="root ::= "), "structured_outputs.grammar cannot be compiled: "),
+])
+def test_errors_name_the_field_without_source_paths(backend, spec, message: str) -> None:
+    with pytest.raises(InvalidSamplingError) as err:
+        backend.compile(spec)
+    assert str(err.value).startswith(message) and ".cc:" not in str(err.value) and str(err.value).endswith(".")

@@ -1,0 +1,40 @@
+"""`frame generate` runs several prompts as one batch and, with -v, shows each request's cached tokens."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from frame.cli.main import main
+
+QUESTION = "What is the capital of France?"
+
+
+def test_several_prompts_run_as_one_batch_and_a_repeat_hits_the_cache(tmp_path: Path, capsys) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"{QUESTION}\n\nName a prime number.\n")
+    code = main(["generate", "--prompt", QUESTION, "--prompts-file", str(prompts), "--max-tokens", "8",
+                 "--dtype", "float32", "--max-model-len", "256", "-v"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    headers = [line for line in out.splitlines() if re.fullmatch(r"\[\d\] .*", line)]
+    assert headers == [f"[1] {QUESTION}", f"[2] {QUESTION}", "[3] Name a prime number."]
+    assert out.count("Paris") == 2
+    counts = re.findall(r"request (\d): (\d+) prompt tokens, (\d+) of them cached; (\d+) generated", err)
+    assert [c[0] for c in counts] == ["1", "2", "3"]
+    (_, first_len, first_cached, _), (_, second_len, second_cached, _) = counts[:2]
+    # The repeat waits one step for the first one's prefill, then reuses its full blocks (16 tokens each).
+    assert first_len == second_len and first_cached == "0"
+    assert int(second_cached) == int(second_len) // 16 * 16 > 0
+    assert re.search(rf"prefix cache: {second_cached} of \d+ prompt tokens reused", err)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "error: frame generate needs a prompt: pass --prompt TEXT (repeatable) or --prompts-file FILE."),
+    (["--prompts-file", "/nonexistent/prompts.txt"],
+     "error: Prompts file /nonexistent/prompts.txt does not exist; pass a text file with one prompt per line."),
+])
+def test_no_prompt_is_one_line_before_any_engine_is_built(argv: list[str], message: str, capsys) -> None:
+    assert main(["generate", *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [message]
