@@ -152,7 +152,10 @@ def start_servers(args: argparse.Namespace, folder: Path, logs: Path) -> list[Se
                  "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.frame_port),
                  "--max-model-len", str(args.max_model_len), *args.frame_arg]
     preload = vllm_preload(args.vllm_python)
-    vllm_env = {**VLLM_ENV, **({"LD_PRELOAD": preload} if preload else {})}
+    # Serving, each engine leaves one core to its API process: vLLM's default (compare_vllm.py, offline, turns it
+    # off) and frame serve's (reserved_cores). --vllm-reserved-cpus 0 and --frame-arg=--reserved-cores=0 undo it.
+    vllm_env = {**VLLM_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(args.vllm_reserved_cpus),
+                **({"LD_PRELOAD": preload} if preload else {})}
     vllm_cmd = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                 "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.vllm_port),
                 "--max-model-len", str(args.max_model_len), *args.vllm_arg]
@@ -196,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-port", type=int, default=8102)
     parser.add_argument("--frame-arg", action="append", default=[], help="extra `frame serve` argument")
     parser.add_argument("--vllm-arg", action="append", default=[], help="extra vLLM api_server argument")
+    parser.add_argument("--vllm-reserved-cpus", type=int, default=1,
+                        help="VLLM_CPU_NUM_OF_RESERVED_CPU: cores vLLM's engine leaves to its API process")
     parser.add_argument("--only", choices=["frame", "vllm"], default=None)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one benchmark run may take")
     parser.add_argument("--seed", type=int, default=0)

@@ -69,3 +69,18 @@ def test_preemption_and_sampling_with_drafts(prompts, reference) -> None:
     assert llm.stats().preemptions > 0
     seeded = [generate(llm, prompts[:2], temperature=0.8, seed=5, max_tokens=16) for _ in range(2)]
     assert seeded[0] == seeded[1] and all(len(t) == 16 for t in seeded[0])
+
+
+def test_no_drafts_while_the_batch_is_larger_than_the_limit(prompts, reference) -> None:
+    # Four requests decode together above a limit of 2: nobody drafts until only two are left. With a limit of 4
+    # the same requests draft from the first decode step.
+    limited = LLM(dtype="float32", max_model_len=512, speculative_proposer="ngram", num_speculative_tokens=3,
+                  speculative_disable_by_batch_size=2)
+    assert generate(limited, prompts, max_tokens=12) == [t[:12] for t in reference]
+    assert limited.stats().spec_draft_tokens == 0  # all four run to the end together
+    assert generate(limited, prompts[:1], max_tokens=40) == reference[:1]
+    assert limited.stats().spec_draft_tokens > 0
+    free = LLM(dtype="float32", max_model_len=512, speculative_proposer="ngram", num_speculative_tokens=3,
+               speculative_disable_by_batch_size=4)
+    assert generate(free, prompts, max_tokens=12) == [t[:12] for t in reference]
+    assert free.stats().spec_draft_tokens > 0

@@ -79,6 +79,7 @@ class ModelRunner:
         self.num_scratch_blocks = 0
         self.graphs: DecodeGraphs | None = None
         self.proposer: Proposer | None = None
+        self.draft_batch_limit: int | None = None  # no drafts when more requests than this decode in a step
         self._draft_probs: dict[str, torch.Tensor] = {}
 
     @property
@@ -254,6 +255,8 @@ class ModelRunner:
     def propose(self, samples: list[RequestSample]) -> list[RequestSample]:
         """Ask the proposer for the next step's drafts of every request that just sampled."""
         assert self.proposer is not None
+        if self.draft_batch_limit is not None and len(samples) > self.draft_batch_limit:
+            return samples
         batch = self.batch
         requests = []
         for sample in samples:

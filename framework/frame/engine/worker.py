@@ -61,6 +61,7 @@ class Worker:
         self.runner = ModelRunner(model, attention, sel.platform.device, sel.dtype, config.block_size,
                                   config.max_num_seqs, max_model_len, config.seed)
         self.runner.proposer = self.make_proposer()
+        self.runner.draft_batch_limit = config.speculative_disable_by_batch_size
 
     @property
     def rank(self) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest, greedy
+from frame.sampling_params import SamplingParams
+from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest
 
 PASSAGES = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of "
@@ -33,16 +34,22 @@ EDITS = [("man", "woman"), ("the", "THE"), ("and", "&"), ("truth", "fact"), ("ye
 def _copy_edit(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequest]:
     head, tail = ctx.chat_frame()
     requests = []
-    for _ in range(p["num_requests"]):
-        passage = ctx.rng.choice(PASSAGES)
+    for index in range(p["num_requests"]):
+        passages = ctx.rng.sample(PASSAGES, k=min(p["num_passages"], len(PASSAGES)))
         old, new = ctx.rng.choice(EDITS)
         ask = (f"Rewrite the following text exactly, word for word, but replace every '{old}' with '{new}'. "
-               f"Output only the rewritten text.\n\n{passage}")
-        requests.append(WorkloadRequest(tuple(head + ctx.encode(ask) + tail), greedy(p["max_tokens"])))
+               f"Output only the rewritten text.\n\n" + "\n\n".join(passages))
+        # The model stops where its rewrite ends: past it, with ignore_eos, it would chat about something else and
+        # the run would measure that instead. Speculation never changes greedy tokens, so both arms of a
+        # comparison still do the same work.
+        params = SamplingParams(temperature=0.0, max_tokens=p["max_tokens"])
+        # One request per wave: a single stream, rewrite after rewrite.
+        requests.append(WorkloadRequest(tuple(head + ctx.encode(ask) + tail), params, wave=index))
     return requests
 
 
 EDITING_WORKLOADS = [
-    Workload("copy_edit", "rewrite a public-domain passage with one word substituted: output mostly copies the "
-             "prompt (speculative decoding's home ground)", {"num_requests": 1, "max_tokens": 128}, _copy_edit),
+    Workload("copy_edit", "one stream rewriting public-domain passages, one after another, with one word "
+             "substituted, each stopping where its rewrite ends: output mostly copies the prompt (speculative "
+             "decoding's home ground)", {"num_requests": 4, "num_passages": 1, "max_tokens": 128}, _copy_edit),
 ]
