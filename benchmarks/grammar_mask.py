@@ -1,6 +1,6 @@
 """What structured output costs a batch-64 decode step: the grammar masks against the step they constrain.
 
-    .venv/bin/python benchmarks/grammar_mask.py [--batch 64] [--steps 10] [--dtype float32] [--rounds 2]
+    .venv/bin/python benchmarks/grammar_mask.py [--batch 64] [--steps 10] [--dtype float32] [--rounds 2] [--threads 1]
 
 Builds two EngineCores over the bundled SmolLM2-135M-Instruct with the same ``--batch`` greedy requests (prompts of
 50-500 random token ids), one of them with every request held to a nested JSON schema (objects, enums, an array
@@ -72,8 +72,9 @@ class Timer:
         return seconds
 
 
-def build(batch: int, dtype: str, seed: int, constrained: bool) -> EngineCore:
-    core = EngineCore(build_config(dtype=dtype, max_num_seqs=batch, max_model_len=2048, seed=seed))
+def build(batch: int, dtype: str, seed: int, constrained: bool, threads: int | None = None) -> EngineCore:
+    platform = {"platform_options": {"threads": threads}} if threads else {}
+    core = EngineCore(build_config(dtype=dtype, max_num_seqs=batch, max_model_len=2048, seed=seed, **platform))
     rng = random.Random(seed)
     vocab = int(core.source.hf_config.vocab_size)
     spec = StructuredOutputs(json=json.dumps(SCHEMA)) if constrained else None
@@ -102,9 +103,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="cpu platform threads (1 keeps a busy shared host's OpenMP barriers out of the ratio)")
     args = parser.parse_args()
-    free = build(args.batch, args.dtype, args.seed, constrained=False)
-    held = build(args.batch, args.dtype, args.seed, constrained=True)
+    free = build(args.batch, args.dtype, args.seed, constrained=False, threads=args.threads)
+    held = build(args.batch, args.dtype, args.seed, constrained=True, threads=args.threads)
     fill = Timer(held, "_with_grammar")
     apply = Timer(find_inside(held, ("executor.worker.runner", "executor.driver.runner")), "apply_grammar")
     follow = Timer(held, "_follow_grammars")
