@@ -34,6 +34,7 @@ from typing import Any
 from frame.bench.driver import drive, warm_up
 from frame.config import build_config, parse_key_values
 from frame.engine.core import EngineCore
+from frame.model_source import ModelSource
 from frame.paths import cache_root
 from frame.workloads import load_workloads
 from rich.console import Console
@@ -102,8 +103,13 @@ def process_tree(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds that ``pid`` and its live descendants have used so far."""
+    return cpu_seconds(process_tree(pid))
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds that these processes (each alone, not its children) have used so far."""
     ticks = 0
-    for member in process_tree(pid):
+    for member in pids:
         with contextlib.suppress(OSError):
             stat = Path(f"/proc/{member}/stat").read_text()
             ticks += sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:13])  # utime, stime
@@ -206,7 +212,7 @@ class VllmProcess:
         self.proc.wait(timeout=60)
 
 
-def export_hf_folder(engine: EngineCore, dtype: str) -> Path:
+def export_hf_folder(source: ModelSource, dtype: str) -> Path:
     """The checkpoint as a Hugging Face folder (safetensors + config + tokenizer) that vLLM's CPU build can load.
 
     vLLM's GGUF path does not serve Q4_1 on the CPU, so both systems run the same dequantised weights: transformers
@@ -217,7 +223,6 @@ def export_hf_folder(engine: EngineCore, dtype: str) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    source = engine.source
     if not source.is_gguf:
         return source.path
     key = hashlib.sha256(f"{source.path}:{source.path.stat().st_mtime_ns}:{dtype}".encode()).hexdigest()[:24]
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     vllm = None
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-") as tmp:
         if why_not is None:
-            folder = export_hf_folder(engine, args.dtype)
+            folder = export_hf_folder(engine.source, args.dtype)
             spec = {"model": str(folder), "tokenizer": str(folder), "dtype": args.dtype,
                     "max_model_len": args.max_model_len, "prompts": [list(r.prompt_token_ids) for r in requests],
                     "max_tokens": [r.params.max_tokens for r in requests], "engine_args": engine_args,

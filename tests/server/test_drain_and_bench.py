@@ -94,3 +94,20 @@ def test_bench_serve_prints_its_table(mp_server):
     assert summary["output_tokens"] == 36
     assert 0 < summary["p50_ttft_ms"] <= summary["p99_ttft_ms"]
     assert summary["p50_itl_ms"] > 0 and summary["request_throughput"] > 0
+
+
+def test_bench_serve_datasets_of_token_ids(mp_server):
+    base = [sys.executable, "-m", "frame.bench.serve", "--base-url", mp_server.base_url, "--json", "-"]
+    random_ids = subprocess.run([*base, "--dataset", "random", "--num-prompts", "3", "--input-len", "20",
+                                 "--output-len", "4", "--endpoint", "chat"], capture_output=True, text=True,
+                                timeout=300)
+    summary = json.loads(random_ids.stdout)
+    assert (summary["dataset"], summary["completed"], summary["output_tokens"]) == ("random", 3, 12)
+    turns = subprocess.run([*base, "--dataset", "multi_turn", "--concurrency", "2",
+                            *[f"--dataset-opt={kv}" for kv in ("num_conversations=2", "num_turns=3", "max_tokens=3",
+                                                               "system_len=16")]],
+                           capture_output=True, text=True, timeout=300)
+    summary = json.loads(turns.stdout)
+    assert (summary["completed"], summary["failed"], summary["output_tokens"]) == (6, 0, 18)
+    wrong = subprocess.run([*base, "--dataset", "no_such_workload"], capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "No workload named 'no_such_workload'" in wrong.stderr

@@ -1,9 +1,18 @@
 """``frame bench serve``: an async load generator against a running OpenAI-compatible server.
 
-Seeded synthetic prompts (random words, ``--input-len`` of them) are streamed to ``/v1/completions`` (or chat)
-with ``ignore_eos`` and ``max_tokens=--output-len``, either ``--concurrency`` at a time or arriving as a Poisson
-process at ``--request-rate`` per second (or both). Reported: request and output-token throughput, and TTFT,
-TPOT and ITL (inter-token latency, between streamed chunks) at p50/p90/p99, plus failed requests.
+Seeded prompts are streamed to ``/v1/completions`` (or chat) with ``ignore_eos``, either ``--concurrency`` at a
+time or arriving as a Poisson process at ``--request-rate`` per second (or both). ``--dataset`` picks them:
+
+- ``words`` (default): ``--input-len`` random words, ``--output-len`` new tokens;
+- ``random``: ``--input-len`` random token ids and ``--output-len`` new tokens, as vLLM's ``random`` dataset;
+- the name of any frame workload (``multi_turn``, ``shared_prefix``, ``mixed_batch``, ``copy_edit`` ...), with
+  ``--dataset-opt KEY=VALUE`` for its parameters: its prompts, lengths and waves (a multi-turn chat's turn ``k``
+  is sent once every turn ``k-1`` has finished, so it finds the conversation so far in the server's cache).
+
+Token-id datasets go to the completions endpoint as token ids (exactly those tokens) and to chat as their text;
+``--tokenizer`` names the model folder or GGUF whose tokenizer makes them (default: the bundled model).
+Reported: request and output-token throughput, and TTFT, TPOT and ITL (inter-token latency, between streamed
+chunks) at p50/p90/p99, plus failed requests.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from frame.bench.metrics import percentile
+from frame.config import parse_key_values
 from frame.errors import FrameUsageError
 
 _WORD_TEXT = ("time year people way day man thing woman life child world school state family student group country "
@@ -67,11 +77,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="most requests in flight at once")
     parser.add_argument("--request-rate", type=float, default=math.inf,
                         help="mean requests per second (Poisson arrivals); default: all at once")
-    parser.add_argument("--input-len", type=int, default=64, help="words per synthetic prompt")
+    parser.add_argument("--dataset", default="words",
+                        help="words, random, or a frame workload name (multi_turn, shared_prefix, ...)")
+    parser.add_argument("--dataset-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a parameter of the workload named by --dataset (repeatable)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="model folder or GGUF whose tokenizer builds token-id datasets (default: bundled)")
+    parser.add_argument("--input-len", type=int, default=64, help="words (words) or tokens (random) per prompt")
     parser.add_argument("--output-len", type=int, default=32, help="tokens to generate per request")
     parser.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON ('-': stdout)")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request to send: its prompt (text, or token ids with their text), new tokens, and wave."""
+
+    text: str
+    max_tokens: int
+    token_ids: tuple[int, ...] | None = None
+    wave: int = 0
 
 
 def synthetic_prompts(num: int, words: int, seed: int) -> list[str]:
@@ -79,12 +105,35 @@ def synthetic_prompts(num: int, words: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(words)) for _ in range(num)]
 
 
-def _payload(args: argparse.Namespace, model: str, prompt: str) -> tuple[str, dict[str, Any]]:
-    common = {"model": model, "max_tokens": args.output_len, "ignore_eos": True, "temperature": 0.0,
+def build_jobs(args: argparse.Namespace) -> list[Job]:
+    """The requests of ``--dataset``, in sending order."""
+    options = parse_key_values(args.dataset_opt, "--dataset-opt")
+    if args.dataset == "words":
+        if options:
+            raise FrameUsageError("--dataset-opt applies to token-id datasets; drop it or pick one with "
+                                  "--dataset.", param="dataset_opt")
+        return [Job(p, args.output_len) for p in synthetic_prompts(args.num_prompts, args.input_len, args.seed)]
+    from frame.model_source import ModelSource
+    from frame.workloads import load_workloads
+
+    if args.dataset == "random":  # vLLM's random dataset: fixed lengths, no sharing
+        name, options = "no_sharing", {"num_requests": args.num_prompts, "max_tokens": args.output_len,
+                                       "prompt_len": [args.input_len, args.input_len], **options}
+    else:
+        name = args.dataset
+    workload = load_workloads().get(name)
+    tokenizer = ModelSource.open(args.tokenizer).tokenizer
+    return [Job(tokenizer.decode(r.prompt_token_ids), r.params.max_tokens or args.output_len,
+                tuple(r.prompt_token_ids), r.wave)
+            for r in workload.generate(tokenizer, args.seed, **options)]
+
+
+def _payload(args: argparse.Namespace, model: str, job: Job) -> tuple[str, dict[str, Any]]:
+    common = {"model": model, "max_tokens": job.max_tokens, "ignore_eos": True, "temperature": 0.0,
               "stream": True, "stream_options": {"include_usage": True}}
     if args.endpoint == "chat":
-        return "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": prompt}]}
-    return "/v1/completions", {**common, "prompt": prompt}
+        return "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": job.text}]}
+    return "/v1/completions", {**common, "prompt": list(job.token_ids) if job.token_ids else job.text}
 
 
 async def _one(client: httpx.AsyncClient, path: str, payload: dict[str, Any]) -> Result:
@@ -126,7 +175,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     """Run the load and return the summary (what --json writes)."""
     key = args.api_key or os.environ.get("FRAME_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    limits = httpx.Limits(max_connections=args.concurrency or args.num_prompts, max_keepalive_connections=None)
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=args.base_url, headers=headers, timeout=args.timeout,
                                  limits=limits) as client:
         try:
@@ -134,21 +183,23 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         except httpx.HTTPError as err:
             raise FrameUsageError(f"Cannot reach {args.base_url}: {err}; start `frame serve` first.",
                                   param="base_url") from None
-        prompts = synthetic_prompts(args.num_prompts, args.input_len, args.seed)
+        jobs = build_jobs(args)
         rng = random.Random(args.seed + 1)
-        gate = asyncio.Semaphore(args.concurrency or args.num_prompts)
+        gate = asyncio.Semaphore(args.concurrency or len(jobs))
 
-        async def limited(prompt: str) -> Result:
+        async def limited(job: Job) -> Result:
             async with gate:
-                return await _one(client, *_payload(args, model, prompt))
+                return await _one(client, *_payload(args, model, job))
 
         start = time.perf_counter()
-        tasks = []
-        for prompt in prompts:
-            tasks.append(asyncio.create_task(limited(prompt)))
-            if math.isfinite(args.request_rate):
-                await asyncio.sleep(rng.expovariate(args.request_rate))
-        results = await asyncio.gather(*tasks)
+        results: list[Result] = []
+        for wave in sorted({job.wave for job in jobs}):
+            tasks = []
+            for job in (j for j in jobs if j.wave == wave):
+                tasks.append(asyncio.create_task(limited(job)))
+                if math.isfinite(args.request_rate):
+                    await asyncio.sleep(rng.expovariate(args.request_rate))
+            results += await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
     return summarize(results, elapsed, args, model)
 
@@ -157,7 +208,8 @@ def summarize(results: list[Result], elapsed: float, args: argparse.Namespace, m
     good = [r for r in results if r.ok]
     out_tokens = sum(r.output_tokens for r in good)
     summary: dict[str, Any] = {
-        "model": model, "endpoint": args.endpoint, "num_prompts": len(results), "completed": len(good),
+        "model": model, "endpoint": args.endpoint, "dataset": args.dataset, "num_prompts": len(results),
+        "completed": len(good),
         "failed": len(results) - len(good), "concurrency": args.concurrency, "request_rate": args.request_rate,
         "input_len": args.input_len, "output_len": args.output_len, "duration_s": elapsed,
         "request_throughput": len(good) / elapsed, "output_throughput": out_tokens / elapsed,
@@ -174,7 +226,7 @@ def summarize(results: list[Result], elapsed: float, args: argparse.Namespace, m
 
 
 def render(summary: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"frame bench serve: {summary['model']} ({summary['endpoint']})")
+    table = Table(title=f"frame bench serve: {summary['model']} ({summary['endpoint']}, {summary['dataset']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("requests completed / failed", f"{summary['completed']} / {summary['failed']}")

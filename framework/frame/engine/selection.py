@@ -6,6 +6,7 @@ name or a bad plugin option fails here with one sentence, before the model is re
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,8 @@ from frame.config import OPTION_SECTIONS, EngineConfig, resolve_plugin_options
 from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
 from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
+
+log = logging.getLogger("frame.selection")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -124,16 +127,26 @@ def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
 
 
 def select_model_family(hooks: PluginHooks, architecture: str) -> str:
-    """The installed model family whose ``frame_model_architectures`` lists ``architecture``."""
+    """The installed model family whose ``frame_model_architectures`` lists ``architecture``: a native family
+    first, a fallback family (``frame_model_fallback``) only when no native one lists it."""
     families = hooks.registry.load_all("model")
-    for name in families:
+    fallbacks = [name for name in families if hooks.model_is_fallback(name)]
+    for name in [*(f for f in families if f not in fallbacks), *fallbacks]:
         if architecture in hooks.model_architectures(name):
+            if name in fallbacks:
+                log.info("model family '%s' builds %s as the fallback: no native family claims it", name,
+                         architecture)
             return name
     raise UnknownPluginError(
         f"No installed model family builds {architecture}; installed families: {', '.join(families) or 'none'} "
         f"(install a frame-model-* wheel that supports it).",
         param="model",
     )
+
+
+def model_options(hooks: PluginHooks, config: EngineConfig, family: str) -> BaseModel | None:
+    """The family's options from ``model_options`` (``--model-opt``), validated against its options model."""
+    return _options(hooks, config, "model", family)
 
 
 def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selection:
@@ -145,6 +158,8 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     from frame.model_source import ModelSource
     from frame.plugins.registry import PluginRegistry
 
-    selection = select(config, hooks or PluginHooks(PluginRegistry()))
-    ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+    hooks = hooks or PluginHooks(PluginRegistry())
+    selection = select(config, hooks)
+    source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+    model_options(hooks, config, select_model_family(hooks, source.architecture))
     return selection
