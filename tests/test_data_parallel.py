@@ -224,3 +224,20 @@ def test_stats_of_several_cores_add_up() -> None:
 def test_a_rank_past_the_size_is_refused_in_one_sentence() -> None:
     with pytest.raises(ConfigError, match=r"data_parallel_rank \(2\) must be below data_parallel_size \(2\)"):
         build_config(data_parallel_size=2, data_parallel_rank=2)
+
+
+def test_cores_on_one_host_share_its_devices_and_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from frame.engine.executor.rank import CORES_ON_NODE_ENV, placement_rank
+
+    # Child processes: core d's tensor-parallel rank t is d * tp + t of dp * tp on the host.
+    assert placement_rank(build_config(data_parallel_size=2, data_parallel_rank=1)) == (1, 2)
+    assert placement_rank(build_config(data_parallel_size=2, data_parallel_rank=1, tensor_parallel_size=2), 1) \
+        == (3, 4)
+    assert placement_rank(build_config(tensor_parallel_size=2), 1) == (1, 2)
+    # Ray actors see only their own devices; the world is every worker of the cores Ray put on the node.
+    ray_config = build_config(data_parallel_size=4, data_parallel_rank=3, distributed_backend="ray")
+    monkeypatch.delenv(CORES_ON_NODE_ENV, raising=False)
+    assert placement_rank(ray_config) == (0, 1)
+    monkeypatch.setenv(CORES_ON_NODE_ENV, "2")
+    assert placement_rank(ray_config) == (0, 2)
+    assert placement_rank(ray_config.model_copy(update={"tensor_parallel_size": 2}), 1) == (1, 4)

@@ -27,6 +27,7 @@ import threading
 from typing import Any
 
 from frame.config import EngineConfig
+from frame.engine.executor.rank import CORES_ON_NODE_ENV
 from frame.engine.executor.ray import PLACEMENT_GROUP_ENV
 from frame.engine.mp.client import EngineClient
 from frame.engine.mp.messages import Failed, FromEngine, Ready, Shutdown, ToEngine, decode_from_engine, decode_to_engine
@@ -97,6 +98,8 @@ class RaySession:
         self.config = config
         self.token = secrets.token_hex(4)
         self._groups: dict[int, Any] = {}
+        self._cores_on_node: dict[int, int] = {}
+        self._placing: asyncio.Task[None] | None = None
         self._generation = 0
         self._bundles: list[dict[str, float]] | None = None
         self._joined = False  # this session called ray.init (and so leaves Ray at close)
@@ -131,18 +134,36 @@ class RaySession:
                 self._bundles += [dict(worker) for _ in range(tp)]
         return self._bundles
 
-    async def create_actor(self, config: EngineConfig) -> Any:
-        """A new actor for ``config.data_parallel_rank``, in the rank's placement group (made on first use)."""
+    def _group_name(self, rank: int) -> str:
+        return f"frame-{self.token}-rank{rank}"
+
+    async def _place(self) -> None:
+        """Every rank's placement group, made together, and how many cores each node got: the cores on one node
+        share its CPU cores (a CPU platform gives each its share of the threads, as child processes do)."""
         ray = self.connect()
         from ray.util.placement_group import placement_group
+
+        for rank in range(self.config.data_parallel_size):
+            self._groups[rank] = placement_group(self.bundles(), strategy="PACK", name=self._group_name(rank))
+        await asyncio.wait_for(asyncio.gather(*(group.ready() for group in self._groups.values())),
+                               START_TIMEOUT_S)
+        nodes = {rank: ray.util.placement_group_table(group)["bundles_to_node_id"][0]
+                 for rank, group in self._groups.items()}
+        self._cores_on_node = {rank: sum(n == node for n in nodes.values()) for rank, node in nodes.items()}
+        log.info("engine cores placed on %d Ray node(s): %s", len(set(nodes.values())),
+                 ", ".join(f"rank {r} on {n[:8]}" for r, n in sorted(nodes.items())))
+
+    async def create_actor(self, config: EngineConfig) -> Any:
+        """A new actor for ``config.data_parallel_rank``, in the rank's placement group (all made on first use)."""
+        ray = self.connect()
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        if self._placing is None:
+            self._placing = asyncio.ensure_future(self._place())
+        await asyncio.shield(self._placing)
         rank = config.data_parallel_rank
-        name = f"frame-{self.token}-rank{rank}"
-        if rank not in self._groups:
-            self._groups[rank] = placement_group(self.bundles(), strategy="PACK", name=name)
+        name = self._group_name(rank)
         group = self._groups[rank]
-        await asyncio.wait_for(group.ready(), START_TIMEOUT_S)
         core = self.bundles()[0]
         self._generation += 1
         options: dict[str, Any] = {
@@ -152,8 +173,10 @@ class RaySession:
             "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=group,
                                                                     placement_group_bundle_index=0),
         }
+        env = {CORES_ON_NODE_ENV: str(self._cores_on_node[rank])}  # the core's workers inherit it
         if config.tensor_parallel_size > 1:
-            options["runtime_env"] = {"env_vars": {PLACEMENT_GROUP_ENV: name}}
+            env[PLACEMENT_GROUP_ENV] = name
+        options["runtime_env"] = {"env_vars": env}
         return ray.remote(EngineCoreActor).options(**options).remote(config.model_dump_json())
 
     def client(self, config: EngineConfig, previous: EngineClient | None) -> EngineClient:
