@@ -50,7 +50,7 @@ class EngineConfig(BaseModel):
         "mp", description="how model workers run with tensor_parallel_size > 1: mp (one process each) or ray (actors)")
     ray_address: str | None = Field(
         None, description="Ray cluster to join with distributed_backend ray ('auto': the running one); default: a "
-        "local Ray started on demand")
+        "local Ray started on demand ($RAY_ADDRESS when set)")
     data_parallel_size: int = Field(
         1, ge=1, le=1024, description="engine cores behind one server, each with its own scheduler, KV-cache "
         "strategy and KV pool (and its own tensor_parallel_size ranks); a router plugin places each request")

@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="ray is the optional extra frame-engine[
 @pytest.fixture(scope="module")
 def ray_server(tmp_path_factory, serve_tools):
     start_serve, stop_serve = serve_tools
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         address = ray.get_runtime_context().gcs_address
         server = start_serve(tmp_path_factory.mktemp("dp-ray"), "--data-parallel-size", "2",

@@ -28,7 +28,7 @@ from typing import Any
 
 from frame.config import EngineConfig
 from frame.engine.executor.rank import CORES_ON_NODE_ENV
-from frame.engine.executor.ray import PLACEMENT_GROUP_ENV
+from frame.engine.executor.ray import PLACEMENT_GROUP_ENV, ray_address
 from frame.engine.mp.client import EngineClient
 from frame.engine.mp.messages import Failed, FromEngine, Ready, Shutdown, ToEngine, decode_from_engine, decode_to_engine
 from frame.engine.mp.messages import encode as encode_message
@@ -108,10 +108,10 @@ class RaySession:
         import ray
 
         if not ray.is_initialized():
-            log.info("joining Ray at %s", self.config.ray_address or "a new local Ray")
+            log.info("joining Ray at %s", ray_address(self.config))
             # ray.init makes SIGTERM exit the driver at once; the server's own handlers (a drain) stay in charge.
             handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-            ray.init(address=self.config.ray_address, include_dashboard=False, log_to_driver=True,
+            ray.init(address=ray_address(self.config), include_dashboard=False, log_to_driver=True,
                      ignore_reinit_error=True)
             self._joined = True
             if threading.current_thread() is threading.main_thread():

@@ -29,6 +29,13 @@ POLL_S = 0.1
 START_TIMEOUT_S = 900.0
 
 
+def ray_address(config: EngineConfig) -> str:
+    """Where to find Ray: ``ray_address`` ('auto': the cluster ``ray start`` made on this machine), else
+    ``$RAY_ADDRESS``, else a new local Ray of this process's own ("local"; never a cluster that merely happens to
+    run on this machine, which a bare ``ray.init()`` would join)."""
+    return config.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+
+
 class RayRankWorker:
     """The body of one rank's actor (wrapped by ``ray.remote`` when the executor starts)."""
 
@@ -72,7 +79,7 @@ class RayExecutor(Executor):
         self._ray = ray
         self.world_size = world_size
         if not ray.is_initialized():
-            ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=True,
+            ray.init(address=ray_address(config), include_dashboard=False, log_to_driver=True,
                      ignore_reinit_error=True)
         resource = {"GPU": 1} if platform in ("cuda", "rocm") else {"CPU": 1}
         # An engine core that is itself a Ray actor (data parallelism) was given a placement group whose bundles
