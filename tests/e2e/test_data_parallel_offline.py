@@ -4,6 +4,8 @@ many prompts each core got and the prefix hits its routing earned."""
 
 from __future__ import annotations
 
+import asyncio
+
 from frame import LLM, SamplingParams
 from frame.bench.experiment import ExperimentRunner, ExperimentSpec
 
@@ -14,6 +16,7 @@ def test_two_cores_generate_what_one_core_does(chat_prompts) -> None:
     prompts = [{"prompt_token_ids": p} for p in chat_prompts[:6]]
     greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     expected = [r.outputs[0].token_ids for r in LLM(**ENGINE).generate(prompts, greedy)]
+    asyncio.run(asyncio.sleep(0))  # leaves this thread without an event loop, as any earlier asyncio.run does
     llm = LLM(data_parallel_size=2, router="least_loaded", **ENGINE)
     try:
         assert [r.outputs[0].token_ids for r in llm.generate(prompts, greedy)] == expected

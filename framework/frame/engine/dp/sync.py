@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from frame.config import EngineConfig
 from frame.engine.core import check_request
@@ -24,6 +24,8 @@ from frame.engine.mp.messages import Outputs, Rejected
 from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats
 from frame.errors import FrameUsageError
 from frame.model_source import ModelSource
+
+T = TypeVar("T")
 
 #: The longest ``step`` waits for an output before it checks the cores again (seconds).
 WAIT_S = 1.0
@@ -63,6 +65,15 @@ class DataParallelEngine:
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return self._loop.run_until_complete(coro)
 
+    def _call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` run inside the private loop: what it sends (ZeroMQ's asyncio sockets make a future per send)
+        belongs to that loop, whatever loop this thread had or lost before (an earlier ``asyncio.run``)."""
+
+        async def call() -> T:
+            return fn()
+
+        return self._run(call())
+
     @property
     def num_ranks(self) -> int:
         return self.config.data_parallel_size
@@ -98,7 +109,8 @@ class DataParallelEngine:
         queued = [r for r in self._pending if r.request_id in set(request_ids)]
         self._pending = [r for r in self._pending if r not in queued]
         self._open.difference_update(r.request_id for r in queued)
-        self.client.abort([rid for rid in request_ids if rid not in {r.request_id for r in queued}])
+        sent = [rid for rid in request_ids if rid not in {r.request_id for r in queued}]
+        self._call(lambda: self.client.abort(sent))
         return [EngineOutput(request_id=r.request_id, new_token_ids=[], finish_reason="abort",
                              num_prompt_tokens=len(r.prompt_token_ids)) for r in queued]
 
@@ -117,7 +129,7 @@ class DataParallelEngine:
         """Drop every core's cached prefixes (each core ignores it while it holds requests)."""
         if self._open:
             return False
-        self.client.reset_prefix_cache()
+        self._call(self.client.reset_prefix_cache)
         return True
 
     def shutdown(self) -> None:
@@ -138,7 +150,7 @@ class DataParallelEngine:
         self._pending = []
         for group in groups:
             try:
-                self.client.add(group)
+                self._call(lambda group=group: self.client.add(group))
             except BaseException:
                 self._open.difference_update(r.request_id for r in group)
                 raise
