@@ -69,6 +69,10 @@ class EngineConfig(BaseModel):
     grammar_backend: str = Field("xgrammar", description="structured-output grammar backend plugin (requests' "
                                  "response_format / structured_outputs)")
     grammar_options: dict[str, Any] = Field(default_factory=dict, description="options of the grammar backend")
+    reserved_cores: int | None = Field(
+        None, ge=0, description="cores an engine in its own process (frame serve) leaves to the API server: its "
+        "affinity excludes them, so its compute threads never contend with the server's event loop; default: 1 on "
+        "hosts with more than one usable core (as vLLM's CPU backend reserves one), 0 otherwise")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 

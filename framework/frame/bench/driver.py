@@ -20,7 +20,8 @@ Engine = EngineCore | DataParallelEngine
 
 #: EngineStats counters that only grow; a run reports their increase over the run.
 COUNTERS = ("prefix_queries", "prefix_query_tokens", "prefix_hit_tokens", "evictions", "preemptions",
-            "prompt_tokens_computed", "generation_tokens", "steps", "comm_seconds")
+            "prompt_tokens_computed", "generation_tokens", "steps", "comm_seconds", "spec_draft_tokens",
+            "spec_accepted_tokens", "spec_verifications")
 
 
 @dataclass
@@ -40,6 +41,10 @@ class DriveResult:
         # Tensor parallelism: the driver rank's time in collectives, per step and as a share of the wall time.
         out["comm_ms_per_step"] = 1000 * self.stats["comm_seconds"] / steps if steps else 0.0
         out["comm_share"] = self.stats["comm_seconds"] / self.elapsed if self.elapsed else 0.0
+        # Speculative decoding: the share of draft tokens the target kept (NaN, shown as a dash, without drafts).
+        drafted = self.stats["spec_draft_tokens"]
+        out["spec_draft_tokens"] = drafted
+        out["spec_acceptance"] = self.stats["spec_accepted_tokens"] / drafted if drafted else float("nan")
         return out
 
 

@@ -22,6 +22,7 @@ TABLE_COLUMNS = [
     ("peak_blocks_in_use", "peak blocks", "{:d}"),
     ("evictions", "evictions", "{:d}"),
     ("preemptions", "preemptions", "{:d}"),
+    ("spec_acceptance", "drafts kept", "{:.1%}"),
     ("routed", "routed per rank", "{}"),
 ]
 

@@ -1,0 +1,32 @@
+"""The engine process of `frame serve` leaves cores to the API server (as vLLM's CPU backend does)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from frame.engine.mp.mp_client import cores_for_engine
+
+
+@pytest.mark.parametrize(("host", "reserved", "expected"), [
+    ({0, 1, 2, 3}, None, [0, 1, 2]),   # default: one core for the server
+    ({0, 1, 2, 3}, 2, [0, 1]),
+    ({0, 1, 2, 3}, 0, None),           # 0: the engine keeps every core
+    ({0, 1, 2, 3}, 9, [0]),            # never fewer than one core
+    ({5}, None, None),                 # one core: nothing to leave
+    ({2, 7}, None, [2]),
+])
+def test_cores_for_engine(monkeypatch, host: set[int], reserved: int | None, expected: list[int] | None) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(host))
+    assert cores_for_engine(reserved) == expected
+
+
+def test_served_engine_process_runs_on_the_engine_cores(tmp_path_factory, serve_tools) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one usable core: the engine keeps it")
+    start_serve, stop_serve = serve_tools
+    server = start_serve(tmp_path_factory.mktemp("cores"))
+    try:
+        assert os.sched_getaffinity(server.engine_pid()) == set(cores_for_engine(None) or [])
+    finally:
+        stop_serve(server)
