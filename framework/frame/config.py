@@ -50,7 +50,15 @@ class EngineConfig(BaseModel):
         "mp", description="how model workers run with tensor_parallel_size > 1: mp (one process each) or ray (actors)")
     ray_address: str | None = Field(
         None, description="Ray cluster to join with distributed_backend ray ('auto': the running one); default: a "
-        "local Ray started on demand")
+        "local Ray started on demand ($RAY_ADDRESS when set)")
+    data_parallel_size: int = Field(
+        1, ge=1, le=1024, description="engine cores behind one server, each with its own scheduler, KV-cache "
+        "strategy and KV pool (and its own tensor_parallel_size ranks); a router plugin places each request")
+    data_parallel_rank: int = Field(
+        0, ge=0, description="this engine core's data-parallel rank: frame sets it for each core it starts (it picks "
+        "the core's devices, or its share of the CPU cores); leave it 0")
+    router: str = Field("round_robin", description="router plugin that places requests on data-parallel cores")
+    router_options: dict[str, Any] = Field(default_factory=dict, description="options of the router plugin")
     cuda_graphs: bool = Field(
         True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda) and "
         "the attention backend allows it; off: every step runs eagerly")
@@ -73,6 +81,13 @@ class EngineConfig(BaseModel):
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
     @model_validator(mode="after")
+    def _rank_within_size(self) -> EngineConfig:
+        if self.data_parallel_rank >= self.data_parallel_size:
+            raise ValueError(f"data_parallel_rank ({self.data_parallel_rank}) must be below data_parallel_size "
+                             f"({self.data_parallel_size}); leave data_parallel_rank to frame")
+        return self
+
+    @model_validator(mode="after")
     def _budget_fits_a_sequence(self) -> EngineConfig:
         if not self.enable_chunked_prefill and self.max_model_len and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError(
@@ -85,7 +100,7 @@ class EngineConfig(BaseModel):
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
                    "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options",
-                   "model": "model_options"}
+                   "router": "router_options", "model": "model_options"}
 #: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
 SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
                        "options": "speculative_options",

@@ -1,7 +1,9 @@
 """LLM: the offline API, mirroring vLLM's (``LLM(...).generate(prompts, SamplingParams(...))``).
 
-The engine core runs in this process. Prompts are text (tokenised here), ``{"prompt_token_ids": [...]}`` dicts, or
-lists of either; ``chat`` applies the model's chat template first.
+The engine core runs in this process; with ``data_parallel_size`` N, N engine cores run in child processes (or
+Ray actors, with ``distributed_backend="ray"``) and a router plugin places each prompt. Prompts are text
+(tokenised here), ``{"prompt_token_ids": [...]}`` dicts, or lists of either; ``chat`` applies the model's chat
+template first.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
 
@@ -23,6 +25,9 @@ from frame.outputs import RequestOutput
 from frame.plugins.registry import PluginRegistry
 from frame.sampling_params import SamplingParams
 
+if TYPE_CHECKING:
+    from frame.engine.dp.sync import DataParallelEngine
+
 PromptType = str | dict[str, Any]
 Message = dict[str, str]
 
@@ -33,7 +38,12 @@ class LLM:
     def __init__(self, model: str | None = None, *, config: str | None = None,
                  registry: PluginRegistry | None = None, **engine_args: Any) -> None:
         self.config = build_config(load_yaml(config) if config else None, model=model, **engine_args)
-        self.engine = EngineCore(self.config, registry)
+        if self.config.data_parallel_size > 1:
+            from frame.engine.dp.sync import DataParallelEngine
+
+            self.engine: EngineCore | DataParallelEngine = DataParallelEngine(self.config)
+        else:
+            self.engine = EngineCore(self.config, registry)
         self.processor = OutputProcessor(self.get_tokenizer())
         self._ids = itertools.count()
 
@@ -41,8 +51,13 @@ class LLM:
         return self.engine.source.tokenizer
 
     def stats(self) -> EngineStats:
-        """The engine's counters: prefix-cache hits, preemptions, peak KV blocks, ..."""
+        """The engine's counters: prefix-cache hits, preemptions, peak KV blocks, ... (summed over data-parallel
+        cores)."""
         return self.engine.stats()
+
+    def shutdown(self) -> None:
+        """Stop the engine's worker processes or actors now (they also stop when the LLM is garbage collected)."""
+        self.engine.shutdown()
 
     # -- generation -------------------------------------------------------------------------------------
     def generate(

@@ -1,5 +1,5 @@
 """`frame new-plugin` writes a wheel skeleton: ruff-clean, its README gives the isolated commands, and its tests
-run before it is installed (the scheduler one passes as written)."""
+run before it is installed (the scheduler and router ones pass as written)."""
 
 from __future__ import annotations
 
@@ -74,9 +74,10 @@ def test_skeletons_are_ruff_clean_under_frames_own_rules(tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout
 
 
-def test_scheduler_skeleton_passes_the_conformance_suite_before_it_is_installed(tmp_path: Path) -> None:
-    folder = write_skeleton("scheduler", "demo", tmp_path)
-    assert "demo" not in PluginRegistry().names("scheduler")
+@pytest.mark.parametrize("kind", ["scheduler", "router"])
+def test_complete_skeletons_pass_the_conformance_suite_before_they_are_installed(kind: str, tmp_path: Path) -> None:
+    folder = write_skeleton(kind, "demo", tmp_path)
+    assert "demo" not in PluginRegistry().names(kind)
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                             capture_output=True, text=True, cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:]

@@ -33,3 +33,35 @@ def test_serve_with_a_missing_model_is_one_sentence() -> None:
     assert out.stderr.strip().splitlines() == [
         "error: Model path /no/such/model does not exist; pass a Hugging Face folder or a .gguf file to --model."
     ]
+
+
+def _serve_error(*flags: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "frame.cli.main", "serve", "--port", "1", *flags],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    return out.stderr.strip().splitlines()
+
+
+def test_data_parallel_mistakes_are_one_sentence_each() -> None:
+    assert _serve_error("--data-parallel-size", "2", "--engine", "inproc") == [
+        "error: --engine inproc runs one engine core in the server's thread; drop --engine inproc to serve with "
+        "--data-parallel-size 2."]
+    assert _serve_error("--data-parallel-size", "2", "--router", "fastest") == [
+        "error: No router plugin named 'fastest' is installed; choose one of: least_loaded, prefix_affinity, "
+        "round_robin (--router)."]
+
+
+def test_data_parallel_option_mistakes_name_the_key() -> None:
+    import pytest
+    from frame.config import build_config
+    from frame.engine.dp import check_data_parallel
+    from frame.errors import ConfigError
+
+    config = build_config(data_parallel_size=2, router="prefix_affinity", router_options={"balance": 3})
+    with pytest.raises(ConfigError, match=r"^Unknown router 'prefix_affinity' option key 'balance'; did you mean "
+                                          r"'balance_rel'\? valid keys: match_threshold, balance_abs, balance_rel, "
+                                          r"max_blocks_per_rank\.$"):
+        check_data_parallel("mp", config)
+    with pytest.raises(ConfigError, match=r"^Invalid config value for 'data_parallel_size': Input should be greater "
+                                          r"than or equal to 1\.$"):
+        build_config(data_parallel_size=0)

@@ -14,8 +14,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -170,3 +172,111 @@ def limits() -> dict[str, float]:
 def serve_tools():
     """``(start_serve, stop_serve)`` for tests that need a server of their own (importlib mode hides conftest)."""
     return start_serve, stop_serve
+
+
+#: 32 distinct prompts for the data-parallel tests: greedy, a few tokens each, sent all at once.
+DP_PROMPTS = [f"Question {i}: in one short sentence, what is {topic}?" for i, topic in enumerate(
+    ["a river", "a mountain", "a star", "a cloud", "bread", "a violin", "a glacier", "a desert"] * 4)]
+DP_MAX_TOKENS = 8
+
+
+def complete_concurrently(server: Server, prompts: list[str], max_tokens: int = DP_MAX_TOKENS) -> list[str]:
+    """Every prompt sent at once through the openai client (greedy); the texts, in prompt order."""
+    import asyncio
+
+    import openai
+
+    async def run() -> list[str]:
+        client = openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key=server.api_key or "unused",
+                                    max_retries=0, timeout=300)
+        async with client:
+            answers = await asyncio.gather(*(client.completions.create(
+                model="SmolLM2-135M-Instruct", prompt=p, max_tokens=max_tokens, temperature=0) for p in prompts))
+        return [a.choices[0].text for a in answers]
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def dp_reference(mp_server) -> list[str]:
+    """The 32 data-parallel prompts' greedy completions from one engine core (the shared `mp_server`)."""
+    return complete_concurrently(mp_server, DP_PROMPTS)
+
+
+def routed(server: Server) -> dict[int, float]:
+    """``frame_router_requests_total`` by rank."""
+    with server.client() as c:
+        values = metric_values(c.get("/metrics").text)
+    return {int(k.split("rank=")[1].rstrip("}")): v for k, v in values.items()
+            if k.startswith("frame_router_requests_total{")}
+
+
+def rank_health(server: Server) -> dict[int, str]:
+    """``/health``'s status of each rank."""
+    body = httpx.get(f"{server.base_url}/health", timeout=5).json()
+    return {r["rank"]: r["status"] for r in body.get("ranks", [])}
+
+
+def kill_a_serving_rank(server: Server, kill: Callable[[int, int], None], deadline_s: float = 10.0) -> int:
+    """Start a long stream, find the rank the router gave it, ``kill(rank, pid)`` that rank's core, and check: the
+    stream ends with an error naming the rank, ``/health`` says that rank is not serving, and the other rank
+    serves meanwhile. Returns the killed rank."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+    before = routed(server)
+    outcome: dict[str, object] = {}
+    streaming = threading.Event()
+
+    def stream() -> None:
+        try:
+            for _ in client.completions.create(model="SmolLM2-135M-Instruct", prompt="Count: 1, 2, 3,",
+                                               max_tokens=900, temperature=0, stream=True,
+                                               extra_body={"ignore_eos": True}):
+                streaming.set()
+            outcome["result"] = "finished"
+        except Exception as err:  # the error event the server sends when the rank dies
+            outcome["result"] = err
+
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    assert streaming.wait(120), "no token streamed"
+    after = routed(server)
+    rank = next(r for r in after if after[r] > before.get(r, 0))
+    with server.client() as c:
+        pid = next(r["pid"] for r in c.get("/version").json()["ranks"] if r["rank"] == rank)
+    kill(rank, pid)
+    thread.join(deadline_s + 5)
+    assert not thread.is_alive(), "the stream still hangs after its rank died"
+    error = outcome["result"]
+    assert isinstance(error, openai.APIError) and f"engine core rank {rank} died" in str(error), error
+    assert rank_health(server)[rank] != "ok"
+    other = 1 - rank
+    served = routed(server)[other]
+    done = client.completions.create(model="SmolLM2-135M-Instruct", prompt="The capital of France is",
+                                     max_tokens=4, temperature=0)
+    assert done.usage.completion_tokens == 4 and routed(server)[other] == served + 1
+    return rank
+
+
+def wait_rank_serves_again(server: Server, rank: int, timeout_s: float = 180.0) -> None:
+    """Wait until ``/health`` says ``rank`` serves again, then check the router gives it requests and they finish."""
+    deadline = time.monotonic() + timeout_s
+    while rank_health(server).get(rank) != "ok":
+        assert time.monotonic() < deadline, f"rank {rank} did not come back within {timeout_s:.0f} s"
+        time.sleep(0.5)
+    before = routed(server)[rank]
+    with server.client() as c:
+        for i in range(4):  # whatever the router, a live idle rank gets one of four sequential requests
+            resp = c.post("/v1/completions", json={"model": "SmolLM2-135M-Instruct", "prompt": f"Back {i}: hello",
+                                                    "max_tokens": 2, "temperature": 0})
+            assert resp.status_code == 200, resp.text
+    assert routed(server)[rank] > before
+
+
+@pytest.fixture(scope="session")
+def dp_tools():
+    """What the data-parallel test modules share (importlib mode hides conftest)."""
+    return SimpleNamespace(prompts=DP_PROMPTS, complete=complete_concurrently, metrics=metric_values, routed=routed,
+                           health=rank_health, kill_a_serving_rank=kill_a_serving_rank,
+                           wait_rank_serves_again=wait_rank_serves_again)

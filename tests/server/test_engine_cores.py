@@ -21,6 +21,18 @@ def test_cores_for_engine(monkeypatch, host: set[int], reserved: int | None, exp
     assert cores_for_engine(reserved) == expected
 
 
+@pytest.mark.parametrize(("host", "reserved", "engines", "expected"), [
+    ({0, 1}, None, 2, None),              # two data-parallel cores on two: no core to spare for the server
+    ({0, 1, 2}, None, 2, [0, 1]),         # a third core: the server gets it
+    ({0, 1, 2, 3}, None, 8, None),
+    ({0, 1}, 1, 2, [0]),                  # asked for: the server gets its core anyway
+])
+def test_a_core_is_left_to_the_server_only_when_every_engine_keeps_one(
+        monkeypatch, host: set[int], reserved: int | None, engines: int, expected: list[int] | None) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(host))
+    assert cores_for_engine(reserved, engines) == expected
+
+
 def test_served_engine_process_runs_on_the_engine_cores(tmp_path_factory, serve_tools) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one usable core: the engine keeps it")

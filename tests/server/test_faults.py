@@ -16,8 +16,8 @@ def wait_for_idle(server, metrics, timeout_s: float = 60.0) -> dict[str, float]:
     deadline = time.monotonic() + timeout_s
     while True:
         values = metrics(server)
-        if values["frame_kv_cache_blocks_in_use"] == 0 and values["frame_num_requests_running"] == 0 \
-                and values["frame_num_requests_waiting"] == 0:
+        busy = ("frame_kv_cache_blocks_in_use", "frame_num_requests_running", "frame_num_requests_waiting")
+        if all(values[f"{name}{{rank=0}}"] == 0 for name in busy):
             return values
         assert time.monotonic() < deadline, f"engine still busy: {values}"
         time.sleep(0.5)
@@ -41,7 +41,7 @@ def test_disconnected_streams_free_their_blocks(mp_server, metrics):
 
     assert asyncio.run(open_and_drop()) == 60
     values = wait_for_idle(mp_server, metrics)
-    assert values["frame_kv_cache_blocks_total"] == 512
+    assert values["frame_kv_cache_blocks_total{rank=0}"] == 512
     # Generation stopped early: far fewer than 20 * 200 tokens were produced.
     with mp_server.client() as c:
         resp = c.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 3})
@@ -49,11 +49,11 @@ def test_disconnected_streams_free_their_blocks(mp_server, metrics):
 
 
 def test_disconnected_non_streaming_request_is_aborted(mp_server, metrics):
-    before = metrics(mp_server)["frame_engine_steps_total"]
+    before = metrics(mp_server)["frame_engine_steps_total{rank=0}"]
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{mp_server.base_url}/v1/completions", json={**BODY, "max_tokens": 900}, timeout=3)
     values = wait_for_idle(mp_server, metrics)
-    assert values["frame_engine_steps_total"] - before < 600  # aborted long before its 900 tokens
+    assert values["frame_engine_steps_total{rank=0}"] - before < 600  # aborted long before its 900 tokens
 
 
 def test_full_waiting_queue_answers_503_with_retry_after(inproc_server):
@@ -91,8 +91,8 @@ def test_metrics_parse_and_move(mp_server, metrics):
     assert after["frame_time_per_output_token_seconds_count"] > before["frame_time_per_output_token_seconds_count"]
     assert after["frame_request_success_total{finished_reason=length}"] > \
         before.get("frame_request_success_total{finished_reason=length}", 0)
-    assert after["frame_prefix_cache_queries_total"] > before["frame_prefix_cache_queries_total"]
-    assert after["frame_engine_steps_total"] > before["frame_engine_steps_total"]
+    assert after["frame_prefix_cache_queries_total{rank=0}"] > before["frame_prefix_cache_queries_total{rank=0}"]
+    assert after["frame_engine_steps_total{rank=0}"] > before["frame_engine_steps_total{rank=0}"]
     for gauge in ("frame_num_requests_running", "frame_num_requests_waiting", "frame_kv_cache_usage_perc"):
-        assert gauge in after
-    assert "frame_prefix_cache_hits_total" in after
+        assert f"{gauge}{{rank=0}}" in after  # one engine core: data-parallel rank 0
+    assert "frame_prefix_cache_hits_total{rank=0}" in after and after["frame_engine_up{rank=0}"] == 1

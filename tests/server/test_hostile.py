@@ -87,7 +87,7 @@ def test_hostile_requests_are_4xx_and_the_engine_survives(request, server_fixtur
             if code is not None:
                 assert error["code"] == code, (name, error)
         assert _reference(c) == before
-        assert c.get("/health").json() == {"status": "ok"}
+        assert c.get("/health").json() == {"status": "ok", "ranks": [{"rank": 0, "status": "ok"}]}
     assert _engine_id(server) == engine  # the same engine answered: none of it ended the engine
 
 

@@ -11,8 +11,12 @@ import msgspec
 
 from frame.bench.metrics import RequestTiming, summarize
 from frame.engine.core import EngineCore
+from frame.engine.dp.sync import DataParallelEngine
 from frame.engine.protocol import EngineRequest, EngineStats
 from frame.workloads.base import WorkloadRequest, greedy
+
+#: What the driver steps: one engine core in this process, or data-parallel cores behind the same calls.
+Engine = EngineCore | DataParallelEngine
 
 #: EngineStats counters that only grow; a run reports their increase over the run.
 COUNTERS = ("prefix_queries", "prefix_query_tokens", "prefix_hit_tokens", "evictions", "preemptions",
@@ -51,15 +55,17 @@ def _delta(before: EngineStats, after: EngineStats) -> dict[str, Any]:
     return stats
 
 
-def warm_up(engine: EngineCore, num_tokens: int = 2) -> None:
-    """One tiny request so one-time costs (thread pools, first kernels) stay out of the measured run."""
-    engine.add_request(EngineRequest(request_id="warm-up", prompt_token_ids=list(range(100, 108)),
-                                     params=greedy(num_tokens), arrival_time=time.monotonic()))
+def warm_up(engine: Engine, num_tokens: int = 2) -> None:
+    """One tiny request per engine core, at once, so one-time costs (thread pools, first kernels) stay out of the
+    measured run."""
+    for rank in range(engine.config.data_parallel_size):
+        engine.add_request(EngineRequest(request_id=f"warm-up-{rank}", prompt_token_ids=list(range(100 + rank, 108)),
+                                         params=greedy(num_tokens), arrival_time=time.monotonic()))
     while engine.has_unfinished():
         engine.step()
 
 
-def drive(engine: EngineCore, requests: Sequence[WorkloadRequest],
+def drive(engine: Engine, requests: Sequence[WorkloadRequest],
           on_tokens: Callable[[int], None] | None = None) -> DriveResult:
     """Submit ``requests`` wave by wave and step the engine until all finish.
 

@@ -32,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from frame.bench.driver import drive, warm_up
 from frame.bench.shared_model import LoadedModels, SharedModelEngine
 from frame.config import EngineConfig, build_config, config_error, load_yaml
+from frame.engine.core import EngineCore
+from frame.engine.dp.sync import DataParallelEngine
 from frame.model_source import ModelSource
 from frame.workloads import WorkloadCatalog, load_workloads
 from frame.workloads.base import WorkloadRequest
@@ -119,21 +121,29 @@ class ExperimentRunner:
         """One cell's row: its options, workload and metrics, or its error."""
         row: dict[str, Any] = {"experiment": self.spec.name, "workload": workload.name, "label": cell_label(options),
                                **{f"opt_{k}": v for k, v in options.items()}, "error": None}
-        engine = None
+        engine: EngineCore | DataParallelEngine | None = None
         try:
             config = build_config(self.spec.engine, **options)
             source = self._source(config)
             requests = self.requests(workload, source)
             started = time.perf_counter()
-            engine = SharedModelEngine(config, source, self.models)
+            if config.data_parallel_size > 1:  # the cores run in parallel, each in a process of its own
+                engine = DataParallelEngine(config, source)
+            else:
+                engine = SharedModelEngine(config, source, self.models)
             row["build_s"] = time.perf_counter() - started
             warm_up(engine)
-            engine.cache.reset()
+            engine.reset_prefix_cache()
+            routed_before = engine.routed() if isinstance(engine, DataParallelEngine) else []
             row.update(drive(engine, requests, on_tokens).summary())
+            if isinstance(engine, DataParallelEngine):
+                row["routed"] = [after - before for after, before in zip(engine.routed(), routed_before, strict=True)]
         except Exception as err:  # a failing cell is a result, not the end of the experiment
             row["error"] = f"{type(err).__name__}: {err}".splitlines()[0]
             row["traceback"] = traceback.format_exc(limit=4)
         finally:
+            if engine is not None:
+                engine.shutdown()
             del engine
             gc.collect()
         return row

@@ -23,6 +23,7 @@ TABLE_COLUMNS = [
     ("evictions", "evictions", "{:d}"),
     ("preemptions", "preemptions", "{:d}"),
     ("spec_acceptance", "drafts kept", "{:.1%}"),
+    ("routed", "routed per rank", "{}"),
 ]
 
 #: (row key, axis label) of the plots, one PNG each.
@@ -38,6 +39,8 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
     value = row.get(key)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
+    if isinstance(value, list):  # one number per data-parallel rank
+        return " / ".join(str(v) for v in value)
     return fmt.format(int(value) if fmt == "{:d}" else value)
 
 
@@ -55,7 +58,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 #: The columns the terminal table leaves out to fit (they are in the markdown and JSON lines).
-_TERMINAL_SKIP = {"total_tok_s", "prompt_tokens"}
+_TERMINAL_SKIP = {"total_tok_s", "prompt_tokens", "routed"}
 
 
 def rich_table(rows: Sequence[dict[str, Any]], title: str) -> Table:

@@ -56,7 +56,7 @@ def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[l
     runs, outputs = [], []
     total = sum(r.params.max_tokens or 0 for r in requests)
     for repeat in range(spec["repeat"]):
-        engine.cache.reset()  # every repeat starts from a cold prefix cache, as the first did
+        engine.reset_prefix_cache()  # every repeat starts from a cold prefix cache, as the first did
         with _progress(f"frame run {repeat + 1}/{spec['repeat']}", total) as advance:
             result = drive(engine, requests, advance)
         runs.append({**result.summary(), "load_s": load})

@@ -1,4 +1,5 @@
-"""``frame serve``: the OpenAI-compatible API over one engine (in a child process unless ``--engine inproc``)."""
+"""``frame serve``: the OpenAI-compatible API over one engine (in a child process unless ``--engine inproc``), or
+over ``--data-parallel-size N`` engine cores (child processes, or Ray actors with ``--distributed-backend ray``)."""
 
 from __future__ import annotations
 
@@ -111,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
     _check_tool_parser(args.tool_parser)
+    from frame.engine.dp import check_data_parallel
+
+    check_data_parallel(args.engine, config)
     http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,
                       body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive_timeout,
                       max_connections=args.max_connections)

@@ -37,6 +37,21 @@ from frame.sequence import Sequence, SequenceStatus
 log = logging.getLogger("frame.engine")
 
 
+def check_request(req: EngineRequest, max_model_len: int, max_speculative_tokens: int) -> None:
+    """Raise a usage error for a request that could never run on an engine of this context length."""
+    n = len(req.prompt_token_ids)
+    if n == 0:
+        raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
+    check_speculative_tokens(req.params.num_speculative_tokens, max_speculative_tokens)
+    max_tokens = req.params.max_tokens or 1
+    if n + max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
+            f"and max_tokens asks for {max_tokens} more; shorten the prompt or lower max_tokens.",
+            param="max_tokens" if n < max_model_len else "prompt",
+        )
+
+
 class EngineCore:
     """One model (on one or more ranks), one KV pool, one scheduler; single-threaded."""
 
@@ -93,6 +108,12 @@ class EngineCore:
                                                  sorted(self.eos_token_ids), options)
 
     def _make_executor(self) -> Executor:
+        if self.config.tensor_parallel_size == 1 and self.config.data_parallel_size > 1:
+            from frame.engine.executor.rank import placement_rank
+
+            rank, world = placement_rank(self.config)
+            if world > 1:  # one of several cores on this host: its device, or its share of the CPU cores
+                self.selection.platform.for_rank(rank, world)
         return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
 
     def _pool_size(self) -> int:
@@ -119,17 +140,11 @@ class EngineCore:
     # -- requests ---------------------------------------------------------------------------------------
     def check_request(self, req: EngineRequest) -> None:
         """Raise a usage error for a request that could never run (too long for the model)."""
-        n = len(req.prompt_token_ids)
-        if n == 0:
-            raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
-        check_speculative_tokens(req.params.num_speculative_tokens, self.max_speculative_tokens)
-        max_tokens = req.params.max_tokens or 1
-        if n + max_tokens > self.max_model_len:
-            raise PromptTooLongError(
-                f"This model's maximum context length is {self.max_model_len} tokens, but the prompt has {n} tokens "
-                f"and max_tokens asks for {max_tokens} more; shorten the prompt or lower max_tokens.",
-                param="max_tokens" if n < self.max_model_len else "prompt",
-            )
+        check_request(req, self.max_model_len, self.max_speculative_tokens)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix (benchmarks start each run cold); False while requests hold blocks."""
+        return self.cache.reset()
 
     def add_request(self, req: EngineRequest) -> None:
         self.check_request(req)
@@ -156,6 +171,21 @@ class EngineCore:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    @property
+    def num_requests(self) -> int:
+        """Requests the core holds, running or waiting."""
+        return len(self._seqs)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for the requests the core holds: prompt (and recomputed) tokens not yet in the
+        KV cache, plus the output tokens each may still produce (to ``max_tokens``, else to the context's end).
+        What a data-parallel router weighs cores by."""
+        total = 0
+        for seq in self._seqs.values():
+            limit = seq.params.max_tokens or self.max_model_len - seq.num_prompt_tokens
+            total += seq.num_uncomputed_tokens + max(0, limit - seq.num_output_tokens)
+        return total
 
     # -- the loop ---------------------------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:

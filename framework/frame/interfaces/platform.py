@@ -71,8 +71,10 @@ class Platform(ABC):
         return "gloo"
 
     def for_rank(self, rank: int, world_size: int) -> None:  # noqa: B027 - optional hook
-        """Called in a tensor-parallel worker before :meth:`set_up`: take this rank's device (a GPU platform) or
-        its share of the host (the CPU platform divides its threads). Since API 2."""
+        """Called in a tensor-parallel worker, and in each of several data-parallel engine cores on one host, before
+        :meth:`set_up`: take this rank's device (a GPU platform) or its share of the host (the CPU platform divides
+        its threads). ``rank`` counts over every such worker on the host (core ``d``'s tensor-parallel rank ``t``
+        is ``d * tensor_parallel_size + t``). Since API 2."""
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """A faster kernel for one loaded :class:`frame.layers.KernelLayer` here, or None to keep torch's code.
@@ -86,15 +88,16 @@ class Platform(ABC):
 
 
 def rank_device_index(first: int, rank: int, visible: int, what: str = "device") -> int:
-    """The device index of tensor-parallel rank ``rank`` when the ranks take consecutive devices from ``first``;
-    a ConfigError naming the fix when there are not enough of them (for GPU platforms' :meth:`Platform.for_rank`)."""
+    """The device index of rank ``rank`` (tensor-parallel, or counted over every data-parallel core's ranks on one
+    host) when the ranks take consecutive devices from ``first``; a ConfigError naming the fix when there are not
+    enough of them (for GPU platforms' :meth:`Platform.for_rank`)."""
     from frame.errors import ConfigError
 
     index = first + rank
     if index >= visible:
         raise ConfigError(
-            f"tensor-parallel rank {rank} needs {what} {index}, but torch sees {visible}; lower tensor_parallel_size "
-            f"or device_index.",
+            f"rank {rank} needs {what} {index}, but torch sees {visible}; lower tensor_parallel_size, "
+            f"data_parallel_size or device_index.",
             param="tensor_parallel_size",
         )
     return index

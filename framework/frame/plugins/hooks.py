@@ -35,6 +35,7 @@ from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
+from frame.interfaces.router import Router
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.interfaces.tool_parser import ToolParser
 from frame.plugins.calls import call_one, describe, implementers
@@ -150,6 +151,11 @@ class PluginHooks:
 
     def create_tool_parser(self, name: str, options: BaseModel | None) -> ToolParser:
         return self._call("tool_parser", name, "frame_tool_parser_create", options=options)
+
+    # -- data parallelism -------------------------------------------------------------------------------
+    def create_router(self, name: str, num_ranks: int, block_size: int, options: BaseModel | None) -> Router:
+        return self._call("router", name, "frame_router_create", num_ranks=num_ranks, block_size=block_size,
+                          options=options)
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

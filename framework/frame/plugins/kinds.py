@@ -14,6 +14,7 @@ from frame.hookspecs import (
     model,
     platform,
     proposer,
+    router,
     scheduler,
     tool_parser,
     workload,
@@ -65,6 +66,7 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("grammar", "grammar-backend", "frame.grammars", "grammars", grammar, "frame_grammar_create"),
         PluginKind("tool_parser", "tool-parser", "frame.tool_parsers", "tool parsers", tool_parser,
                    "frame_tool_parser_create"),
+        PluginKind("router", "router", "frame.routers", "routers", router, "frame_router_create"),
     )
 }
 

@@ -76,8 +76,9 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
             raise next(r for r in started if isinstance(r, BaseException))
         client, (tokenizer, pool) = started  # type: ignore[misc]
         info = client.info
-        log.info("engine ready (%s mode, pid %s): %s, max_model_len %d, %d KV blocks", client.mode, client.pid,
-                 info.model_name, info.max_model_len, info.num_blocks)
+        log.info("engine ready (%s mode, pid %s, %d data-parallel rank%s): %s, max_model_len %d, %d KV blocks "
+                 "per rank", client.mode, client.pid, config.data_parallel_size,
+                 "s" if config.data_parallel_size > 1 else "", info.model_name, info.max_model_len, info.num_blocks)
         stops = sorted({tokenizer.eos_token_id} - {None})
         state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, ServerMetrics(),
                             Prompts(tokenizer, pool, settings),
@@ -89,7 +90,8 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
             return await start_engine()
 
         supervisor = EngineSupervisor(settings.on_engine_death, settings.max_engine_restarts, restart_engine,
-                                      state.replace_engine, lambda code: app.state.request_exit(code))
+                                      state.replace_engine, lambda code: app.state.request_exit(code),
+                                      state.metrics.engine_restarts.inc)
         watcher = asyncio.create_task(supervisor.watch(state.engine), name="engine-supervisor")
         try:
             yield

@@ -61,9 +61,10 @@ class Generation:
                               f"{len(self.jobs)} prompts), more than this server ever queues ({limit}, "
                               "--max-waiting-requests); send fewer prompts or a smaller n.", status=400,
                               code="limit_exceeded", param="n")
-        if state.client.dead_reason is not None:
-            raise ServerError(f"The engine is not running ({state.client.dead_reason}); retry shortly.", status=503,
-                              code="engine_dead", headers=retry)
+        if not state.client.healthy:
+            why = state.client.dead_reason or "no engine core is serving"
+            raise ServerError(f"The engine is not running ({why}); retry shortly.", status=503, code="engine_dead",
+                              headers=retry)
         if state.draining:
             raise ServerError("The server is shutting down; retry on another instance.", status=503,
                               code="server_draining", headers=retry)

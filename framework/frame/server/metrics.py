@@ -2,7 +2,8 @@
 
 Histograms (time to first token, time per output token, end-to-end latency) and token counters are updated as
 requests finish. Running and waiting sequences, KV-cache usage and blocks, and the prefix-cache counters come
-from an :class:`EngineStats` snapshot taken when ``/metrics`` is scraped. Each app has its own registry, so
+from each engine core's :class:`EngineStats` snapshot taken when ``/metrics`` is scraped, labelled with the
+core's data-parallel ``rank``. Each app has its own registry, so
 several servers can live in one process (tests).
 """
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from frame.engine.mp.client import RankState
 from frame.engine.protocol import EngineStats
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -22,36 +24,55 @@ _TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
 
 
 class _EngineCollector(Collector):
-    """Reports the last EngineStats snapshot."""
+    """Reports the last EngineStats snapshot of every engine core, each sample labelled with its data-parallel
+    ``rank`` (``"0"`` for a lone core), and whether each core serves."""
 
     def __init__(self) -> None:
-        self.stats: EngineStats | None = None
+        self.stats: dict[int, EngineStats] = {}
+        self.ranks: list[RankState] = []
 
     def collect(self) -> Iterator[Metric]:
-        s = self.stats or EngineStats()
-        gauges = {
-            "frame_num_requests_running": ("sequences running in the engine", s.num_running),
-            "frame_num_requests_waiting": ("sequences waiting in the engine", s.num_waiting),
-            "frame_kv_cache_usage_perc": ("share of KV blocks in use (0 to 1)", s.kv_usage),
-            "frame_kv_cache_blocks_in_use": ("KV blocks in use", s.blocks_in_use),
-            "frame_kv_cache_blocks_total": ("KV blocks in the pool", s.num_blocks),
-            "frame_spec_decode_acceptance_rate": ("drafts kept / drafts verified (speculative decoding)",
-                                                  s.spec_acceptance_rate),
-            "frame_spec_decode_mean_accepted_length": ("tokens a verification step emits on average",
-                                                       s.spec_mean_accepted_length),
-        }
-        for name, (doc, value) in gauges.items():
-            yield GaugeMetricFamily(name, doc, value=value)
-        counters = {
-            "frame_prefix_cache_queries": ("prompt tokens looked up in the prefix cache", s.prefix_query_tokens),
-            "frame_prefix_cache_hits": ("prompt tokens found in the prefix cache", s.prefix_hit_tokens),
-            "frame_preemptions": ("sequences preempted", s.preemptions),
-            "frame_engine_steps": ("engine steps run", s.steps),
-            "frame_spec_decode_draft_tokens": ("draft tokens verified", s.spec_draft_tokens),
-            "frame_spec_decode_accepted_tokens": ("draft tokens the target kept", s.spec_accepted_tokens),
-        }
-        for name, (doc, value) in counters.items():
-            yield CounterMetricFamily(name, doc, value=value)
+        up = GaugeMetricFamily("frame_engine_up", "1 while this rank's engine core serves, else 0", labels=["rank"])
+        routed = CounterMetricFamily("frame_router_requests", "prompts the router sent to this rank", labels=["rank"])
+        for state in self.ranks:
+            up.add_metric([str(state.rank)], 1.0 if state.status == "ok" else 0.0)
+            if state.routed is not None:
+                routed.add_metric([str(state.rank)], state.routed)
+        yield up
+        if routed.samples:
+            yield routed
+        families = [(GaugeMetricFamily(name, doc, labels=["rank"]), attr) for name, (doc, attr) in _GAUGES.items()]
+        families += [(CounterMetricFamily(name, doc, labels=["rank"]), attr) for name, (doc, attr) in _COUNTERS.items()]
+        for rank, stats in sorted(self.stats.items()):
+            for family, attr in families:
+                family.add_metric([str(rank)], getattr(stats, attr))
+        for family, _ in families:
+            yield family
+
+
+#: Per-rank gauges and counters: name -> (help text, EngineStats attribute).
+_GAUGES = {
+    "frame_num_requests_running": ("sequences running in the engine", "num_running"),
+    "frame_num_requests_waiting": ("sequences waiting in the engine", "num_waiting"),
+    "frame_kv_cache_usage_perc": ("share of KV blocks in use (0 to 1)", "kv_usage"),
+    "frame_kv_cache_blocks_in_use": ("KV blocks in use", "blocks_in_use"),
+    "frame_kv_cache_blocks_total": ("KV blocks in the pool", "num_blocks"),
+    "frame_spec_decode_acceptance_rate": ("drafts kept / drafts verified (speculative decoding)",
+                                          "spec_acceptance_rate"),
+    "frame_spec_decode_mean_accepted_length": ("tokens a verification step emits on average",
+                                               "spec_mean_accepted_length"),
+}
+_COUNTERS = {
+    "frame_prefix_cache_queries": ("prompt tokens looked up in the prefix cache", "prefix_query_tokens"),
+    "frame_prefix_cache_hits": ("prompt tokens found in the prefix cache", "prefix_hit_tokens"),
+    "frame_preemptions": ("sequences preempted", "preemptions"),
+    "frame_engine_steps": ("engine steps run", "steps"),
+    "frame_engine_prompt_tokens_computed": ("prompt tokens the model ran (recomputation included)",
+                                            "prompt_tokens_computed"),
+    "frame_engine_generation_tokens": ("tokens the engine generated", "generation_tokens"),
+    "frame_spec_decode_draft_tokens": ("draft tokens verified", "spec_draft_tokens"),
+    "frame_spec_decode_accepted_tokens": ("draft tokens the target kept", "spec_accepted_tokens"),
+}
 
 
 class ServerMetrics:
@@ -76,9 +97,12 @@ class ServerMetrics:
         self.e2e = Histogram("frame_e2e_request_latency_seconds", "end-to-end request latency",
                              buckets=_LATENCY_BUCKETS, registry=r)
 
-    def render(self, stats: EngineStats | None) -> bytes:
-        if stats is not None:
-            self.engine.stats = stats
+    def render(self, stats: dict[int, EngineStats], ranks: list[RankState]) -> bytes:
+        """The text of ``/metrics``: ``stats`` of the cores that answered, by rank (a rank that did not answer keeps
+        its last snapshot while it serves, and is left out while it does not)."""
+        serving = {r.rank for r in ranks if r.status == "ok"}
+        self.engine.stats = {rank: s for rank, s in {**self.engine.stats, **stats}.items() if rank in serving}
+        self.engine.ranks = ranks
         return generate_latest(self.registry)
 
 

@@ -23,17 +23,22 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """200 while the engine runs; 503 while starting, restarting, draining or after the engine died. It needs no
-    key, so it says only whether the server serves, never why not (the log says that)."""
+    """200 while an engine core serves, with each core's state (``ok``, ``starting``, ``down``) by data-parallel
+    rank; ``status`` is ``degraded`` while some core is not serving. 503 while starting, restarting, draining or
+    when no core serves. It needs no key, so it says which core is down, never why (the log says that)."""
     state: ServerState | None = getattr(request.app.state, "frame", None)
     if state is None or not state.ready:
         return error_response("The server is not ready to serve.", 503, "unavailable")
-    return JSONResponse({"status": "ok"})
+    ranks = state.client.rank_states()
+    status = "ok" if all(r.status == "ok" for r in ranks) else "degraded"
+    return JSONResponse({"status": status, "ranks": [{"rank": r.rank, "status": r.status} for r in ranks]})
 
 
 @router.get("/version")
 async def version(state: ServerState = Depends(get_state)) -> dict[str, Any]:
-    return {"version": __version__, "engine_mode": state.client.mode, "engine_pid": state.client.pid}
+    """The version, the engine form, and each engine core's process id by data-parallel rank."""
+    return {"version": __version__, "engine_mode": state.client.mode, "engine_pid": state.client.pid,
+            "ranks": [{"rank": r.rank, "status": r.status, "pid": r.pid} for r in state.client.rank_states()]}
 
 
 @router.get("/v1/models")
@@ -65,7 +70,7 @@ async def detokenize(req: DetokenizeRequest, state: ServerState = Depends(get_st
 @router.get("/metrics", response_class=Response)
 async def metrics(state: ServerState = Depends(get_state)) -> Response:
     try:
-        stats = await state.client.stats() if state.client.healthy else None
+        stats = await state.client.rank_stats() if state.client.healthy else {}
     except (EngineDeadError, asyncio.TimeoutError):
-        stats = None
-    return Response(state.metrics.render(stats), media_type=CONTENT_TYPE_LATEST)
+        stats = {}
+    return Response(state.metrics.render(stats, state.client.rank_states()), media_type=CONTENT_TYPE_LATEST)

@@ -58,7 +58,7 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        """What ``/health`` reports: the engine runs and the server is not draining."""
+        """What ``/health`` reports: an engine core serves and the server is not draining."""
         return self.client.healthy and not self.draining
 
     def replace_engine(self, client: EngineClient) -> AsyncEngine:
@@ -66,5 +66,4 @@ class ServerState:
         assert client.info is not None
         self.client, self.info = client, client.info
         self.engine = AsyncEngine(client, self.tokenizer)
-        self.metrics.engine_restarts.inc()
         return self.engine

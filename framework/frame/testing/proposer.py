@@ -96,15 +96,10 @@ class ProposerConformance:
     def test_created_through_the_plugin_hooks(self, context: ProposerContext) -> None:
         if self.plugin_module is None:
             pytest.skip("set plugin_module and plugin_name to check registration and the create hook")
-        from frame.plugins.hooks import PluginHooks
-        from frame.plugins.registry import PluginRegistry
-        from frame.testing.registration import registered
+        from frame.testing.registration import plugin_hooks
 
-        registry = PluginRegistry(allow=None, disable=frozenset())
-        with registered(registry, "proposer", self.plugin_name, self.plugin_module):
-            hooks = PluginHooks(registry)
-            model = hooks.options_model("proposer", self.plugin_name)
-            proposer = hooks.create_proposer(self.plugin_name, 2, context, model() if model else None)
+        with plugin_hooks("proposer", self.plugin_name, self.plugin_module) as (hooks, options):
+            proposer = hooks.create_proposer(self.plugin_name, 2, context, options)
             assert isinstance(proposer, Proposer) and proposer.num_speculative_tokens == 2
 
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
 
 from frame.plugins.registry import PluginRegistry
 from frame.plugins.sources import register_source_tree
 
-__all__ = ["plugin_module", "register_source_tree", "registered"]
+if TYPE_CHECKING:
+    from frame.plugins.hooks import PluginHooks
+
+__all__ = ["plugin_hooks", "plugin_module", "register_source_tree", "registered"]
 
 
 def plugin_module(name: str, **attributes: object) -> types.ModuleType:
@@ -43,3 +49,17 @@ def registered(registry: PluginRegistry, kind: str, name: str, module: types.Mod
         yield
     finally:
         registry.unregister(kind, name)
+
+
+@contextmanager
+def plugin_hooks(kind: str, name: str, module: types.ModuleType) -> Iterator[tuple[PluginHooks, BaseModel | None]]:
+    """For a conformance suite's ``created through the plugin hooks`` test: the hook facade over a registry that
+    holds ``module`` as ``<kind>:<name>`` (nothing installed is consulted), and the plugin's options with their
+    defaults (None when it declares no options model), for the duration of the block."""
+    from frame.plugins.hooks import PluginHooks  # imported late: it pulls in torch
+
+    registry = PluginRegistry(allow=None, disable=frozenset())
+    with registered(registry, kind, name, module):
+        hooks = PluginHooks(registry)
+        model = hooks.options_model(kind, name)
+        yield hooks, model() if model else None

@@ -14,7 +14,7 @@ from frame.plugins.registry import PluginRegistry
 def make_executor(config: EngineConfig, max_model_len: int, registry: PluginRegistry, source: ModelSource,
                   selection: Selection) -> Executor:
     """In-process for one rank; worker processes (or Ray actors) for tensor parallelism."""
-    if config.distributed_backend == "ray":
+    if config.distributed_backend == "ray" and config.tensor_parallel_size > 1:
         from frame.engine.executor.ray import RayExecutor  # Ray is an optional dependency
 
         return RayExecutor(config, max_model_len, config.tensor_parallel_size, selection.platform_name)

@@ -11,6 +11,7 @@ all of them, polling, so an actor that dies (``ray.kill``, a lost node) fails th
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from frame.config import EngineConfig
@@ -21,8 +22,18 @@ from frame.engine.plan import encode as encode_plan
 
 log = logging.getLogger("frame.executor.ray")
 
+#: Set by a data-parallel rank's engine-core actor: the name of the placement group its workers go in.
+PLACEMENT_GROUP_ENV = "FRAME_RAY_PLACEMENT_GROUP"
+
 POLL_S = 0.1
 START_TIMEOUT_S = 900.0
+
+
+def ray_address(config: EngineConfig) -> str:
+    """Where to find Ray: ``ray_address`` ('auto': the cluster ``ray start`` made on this machine), else
+    ``$RAY_ADDRESS``, else a new local Ray of this process's own ("local"; never a cluster that merely happens to
+    run on this machine, which a bare ``ray.init()`` would join)."""
+    return config.ray_address or os.environ.get("RAY_ADDRESS") or "local"
 
 
 class RayRankWorker:
@@ -68,11 +79,17 @@ class RayExecutor(Executor):
         self._ray = ray
         self.world_size = world_size
         if not ray.is_initialized():
-            ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=True,
+            ray.init(address=ray_address(config), include_dashboard=False, log_to_driver=True,
                      ignore_reinit_error=True)
         resource = {"GPU": 1} if platform in ("cuda", "rocm") else {"CPU": 1}
-        # One bundle per rank, packed on as few nodes as possible: tensor parallelism is chatty.
-        self._group = placement_group([dict(resource) for _ in range(world_size)], strategy="PACK")
+        # An engine core that is itself a Ray actor (data parallelism) was given a placement group whose bundles
+        # after its own are for its workers; otherwise one bundle per rank, packed on as few nodes as possible:
+        # tensor parallelism is chatty.
+        given = os.environ.get(PLACEMENT_GROUP_ENV)
+        self._owns_group = not given
+        self._first_bundle = 1 if given else 0
+        self._group = (ray.util.get_placement_group(given) if given
+                       else placement_group([dict(resource) for _ in range(world_size)], strategy="PACK"))
         self._actors: list[Any] = []
         self._closed = False
         try:
@@ -80,7 +97,7 @@ class RayExecutor(Executor):
             actor_class = ray.remote(num_cpus=resource.get("CPU", 0), num_gpus=resource.get("GPU", 0))(RayRankWorker)
             for rank in range(world_size):
                 strategy = PlacementGroupSchedulingStrategy(placement_group=self._group,
-                                                            placement_group_bundle_index=rank)
+                                                            placement_group_bundle_index=self._first_bundle + rank)
                 self._actors.append(actor_class.options(scheduling_strategy=strategy).remote(
                     config.model_dump_json(), max_model_len, rank, world_size))
             init_method = ray.get(self._actors[0].rendezvous_address.remote(), timeout=START_TIMEOUT_S)
@@ -119,6 +136,8 @@ class RayExecutor(Executor):
                 self._ray.kill(actor)
             except Exception:  # an actor that is already gone
                 log.debug("actor already gone", exc_info=True)
+        if not self._owns_group:
+            return
         try:
             self._ray.util.remove_placement_group(self._group)
         except Exception:

@@ -41,6 +41,7 @@ class AsyncEngine:
         self.died = asyncio.Event()
         client.listener = self._on_message
         client.on_dead = self._on_dead
+        client.on_lost = self._on_lost
 
     @property
     def num_open(self) -> int:
@@ -101,6 +102,15 @@ class AsyncEngine:
         for request_id, queue in list(self._queues.items()):
             self.abort(request_id)
             queue.put_nowait(error())
+
+    def _on_lost(self, sequence_ids: list[str], reason: str) -> None:
+        """Sequences one of several engine cores held when it died: their requests end with ``reason``."""
+        for request_id in dict.fromkeys(sid.rsplit("-", 1)[0] for sid in sequence_ids):
+            queue = self._queues.pop(request_id, None)
+            if queue is not None:
+                self.client.abort(self.processor.child_ids(request_id))  # children a live core still holds
+                self.processor.drop(request_id)
+                queue.put_nowait(EngineDeadError(f"the request could not finish: {reason}"))
 
     def _on_dead(self, reason: str) -> None:
         for request_id, queue in list(self._queues.items()):

@@ -13,6 +13,7 @@ import itertools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -25,6 +26,7 @@ from frame.engine.mp.messages import (
     Outputs,
     Ready,
     Rejected,
+    ResetPrefixCache,
     StatsReply,
     ToEngine,
     decode_to_engine,
@@ -40,6 +42,18 @@ class EngineDeadError(RuntimeError):
     """The engine core is gone (its process died or its loop crashed); requests cannot complete."""
 
 
+@dataclass(frozen=True)
+class RankState:
+    """One engine core as ``/health``, ``/version`` and ``/metrics`` report it: ``status`` is ``ok`` (serving),
+    ``starting`` (being started or restarted) or ``down``; ``routed`` counts the prompts a data-parallel router
+    sent it (None without one)."""
+
+    rank: int
+    status: str
+    pid: int | None = None
+    routed: int | None = None
+
+
 class EngineClient(ABC):
     """Talks to one engine core. Use from a single asyncio event loop; ``start`` first."""
 
@@ -51,6 +65,9 @@ class EngineClient(ABC):
         self.dead_reason: str | None = None
         self.listener: Callable[[Outputs | Rejected], None] | None = None
         self.on_dead: Callable[[str], None] | None = None
+        #: Called with sequence ids that can no longer finish and why, when one of several engine cores dies
+        #: while the others keep serving (data parallelism); a lone core's death goes to ``on_dead`` instead.
+        self.on_lost: Callable[[list[str], str], None] | None = None
         self._ready: asyncio.Future[Ready] | None = None
         self._calls: dict[int, asyncio.Future[EngineStats]] = {}
         self._call_ids = itertools.count()
@@ -98,6 +115,20 @@ class EngineClient(ABC):
             return await asyncio.wait_for(fut, timeout_s)
         finally:
             self._calls.pop(call_id, None)
+
+    async def rank_stats(self) -> dict[int, EngineStats]:
+        """Each serving engine core's stats, by data-parallel rank (one core: rank 0)."""
+        return {0: await self.stats()}
+
+    def rank_states(self) -> list[RankState]:
+        """Every engine core's state, by data-parallel rank (one core: rank 0)."""
+        status = "ok" if self.healthy else "starting" if self.dead_reason is None else "down"
+        return [RankState(0, status, self.pid)]
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix of an idle engine (benchmarks start each run cold)."""
+        self._check_alive()
+        self._send(ResetPrefixCache())
 
     @property
     def healthy(self) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import threading
 
@@ -42,24 +41,11 @@ class InprocEngineClient(EngineClient):
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._dispatch, msg)
 
-    def _recv(self, timeout_s: float) -> list[ToEngine]:
-        msgs: list[ToEngine] = []
-        try:
-            msgs.append(self._inbox.get(timeout=timeout_s) if timeout_s > 0 else self._inbox.get_nowait())
-            while True:
-                msgs.append(self._inbox.get_nowait())
-        except queue.Empty:
-            pass
-        return msgs
-
     def _main(self) -> None:
-        from frame.engine.core import EngineCore
-        from frame.engine.mp.loop import EngineLoop, ready_message
+        from frame.engine.mp.loop import drain, serve_core
 
         try:
-            core = EngineCore(self.config)
-            self._post(ready_message(core, os.getpid()))
-            EngineLoop(core, self._post).run(self._recv)
+            serve_core(self.config, self._post, lambda timeout_s: drain(self._inbox, timeout_s))
         except Exception as err:  # the loop's death must reach every waiting request
             log.exception("engine thread failed")
             reason = f"the engine thread failed: {type(err).__name__}: {err}"

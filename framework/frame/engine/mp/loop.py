@@ -7,17 +7,23 @@ answers leave through ``send``; the transport (ZeroMQ sockets or thread-safe que
 from __future__ import annotations
 
 import logging
+import os
+import queue
 from collections.abc import Callable
+from typing import TypeVar
 
+from frame.config import EngineConfig
 from frame.engine.core import EngineCore
 from frame.engine.mp.messages import (
     AbortRequests,
     AddRequests,
+    CoreLoad,
     FromEngine,
     GetStats,
     Outputs,
     Ready,
     Rejected,
+    ResetPrefixCache,
     Shutdown,
     StatsReply,
     ToEngine,
@@ -29,6 +35,8 @@ log = logging.getLogger("frame.engine.loop")
 #: How long an idle loop blocks on its input before looking around again (seconds).
 IDLE_WAIT_S = 1.0
 
+T = TypeVar("T")
+
 
 def ready_message(core: EngineCore, pid: int) -> Ready:
     """What the client needs to know about a freshly built core."""
@@ -37,16 +45,43 @@ def ready_message(core: EngineCore, pid: int) -> Ready:
                  max_speculative_tokens=core.max_speculative_tokens)
 
 
+def drain(inbox: queue.SimpleQueue[T], timeout_s: float) -> list[T]:
+    """Everything waiting in ``inbox``, after waiting up to ``timeout_s`` for a first item (maybe nothing)."""
+    items: list[T] = []
+    try:
+        items.append(inbox.get(timeout=timeout_s) if timeout_s > 0 else inbox.get_nowait())
+        while True:
+            items.append(inbox.get_nowait())
+    except queue.Empty:
+        pass
+    return items
+
+
+def serve_core(config: EngineConfig, send: Callable[[FromEngine], None],
+               recv: Callable[[float], list[ToEngine]]) -> None:
+    """Build an EngineCore from ``config``, send its :class:`Ready`, and run its loop until a Shutdown message;
+    what building or the loop raises is the caller's to report (a thread, a child process, a Ray actor)."""
+    core = EngineCore(config)
+    send(ready_message(core, os.getpid()))
+    EngineLoop(core, send).run(recv)
+
+
 class EngineLoop:
-    """Runs one EngineCore: applies client messages between steps and sends every step's outputs."""
+    """Runs one EngineCore: applies client messages between steps and sends every step's outputs, each with the
+    core's load (a data-parallel router weighs cores by it)."""
 
     def __init__(self, core: EngineCore, send: Callable[[FromEngine], None]) -> None:
         self.core = core
         self.send = send
+        self.received = 0
+
+    def load(self) -> CoreLoad:
+        return CoreLoad(self.received, self.core.num_requests, self.core.outstanding_tokens())
 
     def handle(self, msg: ToEngine) -> bool:
         """Apply one message; False means shut down."""
         if isinstance(msg, AddRequests):
+            self.received += len(msg.requests)
             for req in msg.requests:
                 try:
                     self.core.add_request(req)
@@ -61,9 +96,11 @@ class EngineLoop:
         elif isinstance(msg, AbortRequests):
             outputs = self.core.abort(msg.request_ids)
             if outputs:
-                self.send(Outputs(outputs))
+                self.send(Outputs(outputs, self.load()))
         elif isinstance(msg, GetStats):
             self.send(StatsReply(msg.call_id, self.core.stats()))
+        elif isinstance(msg, ResetPrefixCache):
+            self.core.reset_prefix_cache()
         elif isinstance(msg, Shutdown):
             return False
         return True
@@ -79,11 +116,14 @@ class EngineLoop:
     def _run(self, recv: Callable[[float], list[ToEngine]]) -> None:
         while True:
             busy = self.core.has_unfinished()
-            for msg in recv(0.0 if busy else IDLE_WAIT_S):
+            msgs = recv(0.0 if busy else IDLE_WAIT_S)
+            for msg in msgs:
                 if not self.handle(msg):
                     log.info("engine loop shutting down")
                     return
+            if any(isinstance(msg, AddRequests) for msg in msgs):
+                self.send(Outputs([], self.load()))
             if self.core.has_unfinished():
                 outputs = self.core.step()
                 if outputs:
-                    self.send(Outputs(outputs))
+                    self.send(Outputs(outputs, self.load()))

@@ -32,6 +32,10 @@ class GetStats(msgspec.Struct, tag="stats"):
     call_id: int
 
 
+class ResetPrefixCache(msgspec.Struct, tag="reset_cache"):
+    """Drop every cached prefix (benchmarks start each run cold); ignored while requests are in flight."""
+
+
 class Shutdown(msgspec.Struct, tag="shutdown"):
     """Stop the loop and exit."""
 
@@ -48,10 +52,22 @@ class Ready(msgspec.Struct, tag="ready"):
     max_speculative_tokens: int = 0
 
 
+class CoreLoad(msgspec.Struct, array_like=True):
+    """What the core holds, for a data-parallel router: ``received`` requests so far (every AddRequests entry,
+    refused ones too, so a client can tell which of its sends a report covers), the requests it holds (running
+    or waiting) and the tokens still to compute for them (see :meth:`EngineCore.outstanding_tokens`)."""
+
+    received: int
+    num_requests: int
+    num_tokens: int
+
+
 class Outputs(msgspec.Struct, tag="outputs"):
-    """The outputs of one step (or of an abort)."""
+    """The outputs of one step (or of an abort); ``load`` is the core's load after it (an update with no
+    outputs follows every batch of added requests)."""
 
     outputs: list[EngineOutput]
+    load: CoreLoad | None = None
 
 
 class StatsReply(msgspec.Struct, tag="stats_reply"):
@@ -77,7 +93,8 @@ class Failed(msgspec.Struct, tag="failed"):
     message: str
 
 
-ToEngine = Union[AddRequests, AbortRequests, GetStats, Shutdown]  # noqa: UP007 - msgspec needs a typing Union
+# msgspec needs typing Unions here.
+ToEngine = Union[AddRequests, AbortRequests, GetStats, ResetPrefixCache, Shutdown]  # noqa: UP007
 FromEngine = Union[Ready, Outputs, StatsReply, Rejected, Failed]  # noqa: UP007
 
 _encoder = msgspec.msgpack.Encoder()

@@ -27,15 +27,16 @@ from frame.engine.mp.proc import CONFIG_ENV
 WATCH_INTERVAL_S = 0.2
 
 
-def cores_for_engine(reserved: int | None) -> list[int] | None:
+def cores_for_engine(reserved: int | None, engines: int = 1) -> list[int] | None:
     """The cores an engine process may use when ``reserved`` of this process's cores are left to the API server
-    (None: 1 where there are at least two); None when the engine should keep them all. With 2 cores and torch's
+    (None: 1 where, after it, every one of the ``engines`` engine processes of this host, one per data-parallel
+    core, still has a core of its own); None when the engine should keep them all. With 2 cores and torch's
     threads spinning on both, the server's event loop and the engine's OpenMP barriers preempt each other: on this
     repository's 2-core machine a single stream ran 10x slower (docs/performance.md)."""
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    keep = len(cores) - (reserved if reserved is not None else (1 if len(cores) > 1 else 0))
+    keep = len(cores) - (reserved if reserved is not None else (1 if len(cores) > max(1, engines) else 0))
     if reserved == 0 or keep >= len(cores):
         return None
     return cores[:max(1, keep)]
@@ -67,7 +68,7 @@ class MPEngineClient(EngineClient):
              "--parent-pid", str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL,
         )
-        engine_cores = cores_for_engine(self.config.reserved_cores)
+        engine_cores = cores_for_engine(self.config.reserved_cores, self.config.data_parallel_size)
         if engine_cores is not None:  # before the child starts its thread pools: they inherit the mask
             os.sched_setaffinity(self.process.pid, engine_cores)
         self._tasks = [asyncio.create_task(self._read(), name="engine-reader"),

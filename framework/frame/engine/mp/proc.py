@@ -88,13 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     sockets = _Sockets(args.input, args.output)
     try:
         from frame.config import EngineConfig
-        from frame.engine.core import EngineCore
-        from frame.engine.mp.loop import EngineLoop, ready_message
+        from frame.engine.mp.loop import serve_core
 
-        config = EngineConfig.model_validate_json(os.environ[CONFIG_ENV])
-        core = EngineCore(config)
-        sockets.send(ready_message(core, os.getpid()))
-        EngineLoop(core, sockets.send).run(sockets.recv)
+        serve_core(EngineConfig.model_validate_json(os.environ[CONFIG_ENV]), sockets.send, sockets.recv)
     except Exception as err:  # report any failure to the client before dying
         log.error("engine failed: %s", traceback.format_exc())
         sockets.send(Failed(f"{type(err).__name__}: {err}"))

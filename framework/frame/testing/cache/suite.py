@@ -254,15 +254,10 @@ class CacheConformance:
     def test_created_through_the_plugin_hooks(self, block_size: int) -> None:
         if self.plugin_module is None:
             pytest.skip("set plugin_module and plugin_name to check registration and the create hook")
-        from frame.plugins.hooks import PluginHooks  # imported late: it pulls in torch for the other kinds
-        from frame.plugins.registry import PluginRegistry
-        from frame.testing.registration import registered
+        from frame.testing.registration import plugin_hooks
 
-        registry = PluginRegistry(allow=None, disable=frozenset())
-        with registered(registry, "cache", self.plugin_name, self.plugin_module):
-            hooks = PluginHooks(registry)
-            model = hooks.options_model("cache", self.plugin_name)
-            for options in ((model(),) if model else ()) + (None,):
+        with plugin_hooks("cache", self.plugin_name, self.plugin_module) as (hooks, defaults):
+            for options in ((defaults,) if defaults else ()) + (None,):
                 cache = hooks.create_cache(self.plugin_name, 8, block_size, options)
                 assert isinstance(cache, KVCacheStrategy) and (cache.num_blocks, cache.block_size) == (8, block_size)
                 assert cache.num_free_blocks == 8

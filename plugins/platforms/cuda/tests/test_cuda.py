@@ -127,7 +127,7 @@ def test_tensor_parallel_ranks_take_consecutive_devices(hooks, fake_gpu):
     platform = hooks.create_platform("cuda", None)
     platform.for_rank(1, 2)
     assert platform.device == torch.device("cuda", 1) and platform.distributed_backend == "nccl"
-    with pytest.raises(ConfigError, match="tensor-parallel rank 2 needs CUDA device 2, but torch sees 2"):
+    with pytest.raises(ConfigError, match="rank 2 needs CUDA device 2, but torch sees 2"):
         hooks.create_platform("cuda", None).for_rank(2, 3)
 
 
