@@ -13,6 +13,7 @@ from __future__ import annotations
 from frame.plugin_templates.bookkeeping import CACHE, PROPOSER, SCHEDULER
 from frame.plugin_templates.host import GRAMMAR, TOOL_PARSER
 from frame.plugin_templates.kind import KindTemplate
+from frame.plugin_templates.quantization import QUANTIZATION
 from frame.plugin_templates.tensors import ATTENTION, MODEL, PLATFORM
 
 TEMPLATES: dict[str, KindTemplate] = {
@@ -24,7 +25,8 @@ TEMPLATES: dict[str, KindTemplate] = {
     "proposer": PROPOSER,
     "grammar": GRAMMAR,
     "tool_parser": TOOL_PARSER,
+    "quantization": QUANTIZATION,
 }
 
-__all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "SCHEDULER", "TEMPLATES", "TOOL_PARSER",
-           "KindTemplate"]
+__all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "QUANTIZATION", "SCHEDULER", "TEMPLATES",
+           "TOOL_PARSER", "KindTemplate"]

@@ -35,6 +35,7 @@ from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
+from frame.interfaces.quantization import QuantizationMethod
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.interfaces.tool_parser import ToolParser
 from frame.plugins.calls import call_one, describe, implementers
@@ -148,6 +149,12 @@ class PluginHooks:
 
     def create_tool_parser(self, name: str, options: BaseModel | None) -> ToolParser:
         return self._call("tool_parser", name, "frame_tool_parser_create", options=options)
+
+    # -- quantization -----------------------------------------------------------------------------------
+    def create_quantization(self, name: str, options: BaseModel | None) -> QuantizationMethod:
+        method = self._call("quantization", name, "frame_quantization_create", options=options)
+        method.name = name
+        return method
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

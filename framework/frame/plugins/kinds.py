@@ -14,6 +14,7 @@ from frame.hookspecs import (
     model,
     platform,
     proposer,
+    quantization,
     scheduler,
     tool_parser,
     workload,
@@ -65,6 +66,8 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("grammar", "grammar-backend", "frame.grammars", "grammars", grammar, "frame_grammar_create"),
         PluginKind("tool_parser", "tool-parser", "frame.tool_parsers", "tool parsers", tool_parser,
                    "frame_tool_parser_create"),
+        PluginKind("quantization", "quantization", "frame.quantization", "quantization methods", quantization,
+                   "frame_quantization_create"),
     )
 }
 
