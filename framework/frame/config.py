@@ -1,8 +1,8 @@
 """EngineConfig: one pydantic model for every engine setting, from a YAML file and CLI flags (flags win).
 
 Plugins contribute their own options through ``frame_plugin_options``; those live in the per-kind sections
-``platform_options``, ``attn_options``, ``cache_options`` and ``sched_options`` and are validated against the
-selected plugin's model once the plugin is known (:func:`resolve_plugin_options`).
+``platform_options``, ``attn_options``, ``cache_options``, ``sched_options`` and ``model_options`` and are
+validated against the selected plugin's model once the plugin is known (:func:`resolve_plugin_options`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class EngineConfig(BaseModel):
     attn_options: dict[str, Any] = Field(default_factory=dict, description="options of the attention plugin")
     cache_options: dict[str, Any] = Field(default_factory=dict, description="options of the cache plugin")
     sched_options: dict[str, Any] = Field(default_factory=dict, description="options of the scheduler plugin")
+    model_options: dict[str, Any] = Field(default_factory=dict,
+                                          description="options of the model family that builds the checkpoint")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="ranks each layer's heads and rows are split over")
     distributed_backend: Literal["mp", "ray"] = Field(
         "mp", description="how model workers run with tensor_parallel_size > 1: mp (one process each) or ray (actors)")
@@ -80,7 +82,7 @@ class EngineConfig(BaseModel):
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
                    "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options",
-                   "quantization": "quantization_options"}
+                   "model": "model_options", "quantization": "quantization_options"}
 #: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
 SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
                        "options": "speculative_options"}

@@ -26,22 +26,22 @@ class DraftModel:
 
     def __init__(self, model: str | None, hooks: PluginHooks, selection: object, max_model_len: int, block_size: int,
                  num_blocks: int, max_num_seqs: int) -> None:
-        from frame.engine.selection import select_model_family  # the engine's own resolution of a family
-        from frame.engine.worker import head_counts
+        # The engine's own resolution of a family and of its per-layer attention (windows, soft-caps, scales).
+        from frame.engine.attention_layers import create_layer_attention, family_specs
+        from frame.engine.selection import select_model_family
 
         sel = selection
         self.source = ModelSource.open(model)  # None: the bundled default model
         hf = self.source.hf_config
         self.vocab_size = int(hf.vocab_size)
-        num_heads, num_kv_heads, head_dim = head_counts(hf)
-        self.attention = hooks.create_attention(
-            sel.attn, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,  # type: ignore[attr-defined]
-            scale=head_dim**-0.5, dtype=sel.dtype, platform=sel.platform,  # type: ignore[attr-defined]
-            options=sel.options["attention"],  # type: ignore[attr-defined]
-        )
         self.device, self.dtype = sel.platform.device, sel.dtype  # type: ignore[attr-defined]
         family = select_model_family(hooks, self.source.architecture)
-        self.model = hooks.create_model(family, hf, self.dtype, self.device, self.attention)
+        layers = create_layer_attention(
+            hooks, sel.attn, family_specs(hooks, family, hf, None), world_size=1, rank=0,  # type: ignore[attr-defined]
+            dtype=self.dtype, platform=sel.platform, options=sel.options["attention"],  # type: ignore[attr-defined]
+        )
+        self.attention = layers[0]  # builds each forward's metadata, for every layer
+        self.model = hooks.create_model(family, hf, self.dtype, self.device, self.attention, layers)
         self.model.load_weights(open_weights(self.source.path))
         self.model.eval()
         attach_platform_kernels(self.model, sel.platform)  # type: ignore[attr-defined]

@@ -77,3 +77,11 @@ class ModelNotFoundError(FrameUsageError):
 
     status = 404
     code = "model_not_found"
+
+
+class UnsupportedModelError(FrameUsageError, ValueError):
+    """The checkpoint asks for something the chosen model family or attention backend does not implement (a rope
+    type, a sliding window, a ``quantization_config``); the message names the config field. A ValueError too, so
+    that code written against a family's earlier ValueErrors still catches it."""
+
+    code = "unsupported_model"

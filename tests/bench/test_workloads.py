@@ -12,7 +12,8 @@ from frame.plugins.registry import PluginRegistry
 from frame.version import API_VERSION
 from frame.workloads import Workload, WorkloadRequest, greedy, load_workloads
 
-BUILT_INS = ["shared_prefix", "multi_turn", "few_shot", "branching", "no_sharing", "mixed_batch", "single_stream"]
+BUILT_INS = ["shared_prefix", "multi_turn", "few_shot", "branching", "no_sharing", "mixed_batch", "single_stream",
+             "copy_edit"]
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -32,7 +33,7 @@ def test_same_seed_same_requests_other_seed_other_requests(catalog, tokenizer, n
     assert [r.prompt_token_ids for r in first] != [r.prompt_token_ids for r in other]
     special = set(tokenizer.all_special_ids)
     assert all(r.params.temperature == 0 and r.params.ignore_eos for r in first)
-    if name not in ("mixed_batch", "single_stream"):  # the chat template's own tokens may be special
+    if name not in ("mixed_batch", "single_stream", "copy_edit"):  # the chat template's own tokens may be special
         assert not any(special & set(r.prompt_token_ids) for r in first)
 
 

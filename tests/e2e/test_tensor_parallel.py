@@ -1,7 +1,10 @@
 """Tensor parallelism on this CPU: two worker processes over gloo give the greedy tokens of one process.
 
 Float32 on the bundled SmolLM2 (9 query / 3 KV heads: ranks of 6 + 3 query heads over 2 + 1 KV heads) and on tiny
-random Llama, Mistral and Qwen2 checkpoints made at test time, one with a single KV head that both ranks replicate.
+random Llama, Mistral and Qwen2 checkpoints made at test time, one with a single KV head that both ranks replicate,
+and on two families built from frame.layers' other blocks: OLMo 2 (query/key norms across heads, whose sums of
+squares the ranks add, a replicated KV head counted once) and Qwen3-MoE (experts split by intermediate features,
+per-head norms, a window).
 Sums over the ranks add partial products in another order than one process does, so float32 may differ in its
 last bits; greedy tokens must not. bfloat16 (where the CPU has it) passes the near-tie check of
 test_correctness.py instead.
@@ -14,7 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 from frame import LLM, SamplingParams
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    Olmo2Config,
+    Qwen2Config,
+    Qwen3MoeConfig,
+)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -27,6 +37,10 @@ CONFIGS = {
     # One KV head for two ranks: each rank keeps a copy of it and two of the four query heads.
     "llama-replicated-kv": lambda: LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=False,
                                                attention_bias=True),
+    "olmo2-replicated-kv": lambda: Olmo2Config(**{**COMMON, "num_key_value_heads": 1}, pad_token_id=0),
+    "qwen3-moe-window": lambda: Qwen3MoeConfig(**COMMON, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                               moe_intermediate_size=48, norm_topk_prob=True,
+                                               use_sliding_window=True, sliding_window=8, pad_token_id=0),
 }
 
 

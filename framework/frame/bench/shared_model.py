@@ -40,7 +40,7 @@ class SharedModelWorker(Worker):
     def _key(self) -> tuple[Any, ...]:
         sel = self.selection
         return (str(self.source.path), self.family, sel.platform_name, sel.attn, str(sel.dtype),
-                repr(sel.options.get("platform")), repr(sel.options.get("attention")))
+                repr(sel.options.get("platform")), repr(sel.options.get("attention")), repr(self.config.model_options))
 
     def load_model(self) -> tuple[CausalLM, AttentionBackend]:
         key = self._key()

@@ -59,7 +59,11 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
         why = hooks.attention_check(name, platform)
         return why is None, why or f"on {platform.name}"
     if kind == "model":
-        return True, ", ".join(hooks.model_architectures(name))
+        architectures = hooks.model_architectures(name)
+        if hooks.model_is_fallback(name):
+            return True, (f"fallback: builds any of {len(architectures)} architectures when no other family lists "
+                          "it")
+        return True, ", ".join(architectures)
     if kind == "quantization":
         formats = hooks.create_quantization(name, None).formats
         paths = platform.kernel_paths() if platform is not None else {}

@@ -6,6 +6,7 @@ name or a bad plugin option fails here with one sentence, before the model is re
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,8 @@ from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
 from frame.interfaces.platform import Platform
 from frame.interfaces.quantization import QuantizationMethod
 from frame.plugins.hooks import PluginHooks
+
+log = logging.getLogger("frame.selection")
 
 if TYPE_CHECKING:  # transformers is heavy: the source is opened only once the choices are checked
     from frame.model_source import ModelSource
@@ -129,10 +132,15 @@ def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
 
 
 def select_model_family(hooks: PluginHooks, architecture: str) -> str:
-    """The installed model family whose ``frame_model_architectures`` lists ``architecture``."""
+    """The installed model family whose ``frame_model_architectures`` lists ``architecture``: a native family
+    first, a fallback family (``frame_model_fallback``) only when no native one lists it."""
     families = hooks.registry.load_all("model")
-    for name in families:
+    fallbacks = [name for name in families if hooks.model_is_fallback(name)]
+    for name in [*(f for f in families if f not in fallbacks), *fallbacks]:
         if architecture in hooks.model_architectures(name):
+            if name in fallbacks:
+                log.info("model family '%s' builds %s as the fallback: no native family claims it", name,
+                         architecture)
             return name
     raise UnknownPluginError(
         f"No installed model family builds {architecture}; installed families: {', '.join(families) or 'none'} "
@@ -182,6 +190,11 @@ def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelS
     return method
 
 
+def model_options(hooks: PluginHooks, config: EngineConfig, family: str) -> BaseModel | None:
+    """The family's options from ``model_options`` (``--model-opt``), validated against its options model."""
+    return _options(hooks, config, "model", family)
+
+
 def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selection:
     """Everything that can be checked without loading the model: plugin choices, their options, the model path.
 
@@ -194,6 +207,6 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     hooks = hooks or PluginHooks(PluginRegistry())
     selection = select(config, hooks)
     source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
-    if config.quantization is not None or config.quantization_options:
-        select_quantization(hooks, config, source)
+    select_quantization(hooks, config, source)
+    model_options(hooks, config, select_model_family(hooks, source.architecture))
     return selection

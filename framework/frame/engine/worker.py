@@ -15,15 +15,16 @@ import torch
 
 from frame.config import EngineConfig
 from frame.drafting import DraftModel
+from frame.engine.attention_layers import create_layer_attention, family_specs
 from frame.engine.plan import RunnerOutput, SchedulerOutput
 from frame.engine.runner import ModelRunner
-from frame.engine.selection import Selection, select, select_model_family, select_quantization
+from frame.engine.selection import Selection, model_options, select, select_model_family, select_quantization
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.layers import attach_platform_kernels, finish_loading, weight_bytes
 from frame.model_source import ModelSource
-from frame.parallel import HeadPartition, ParallelContext, parallel_context, set_parallel_context
+from frame.parallel import ParallelContext, parallel_context, set_parallel_context
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.weights import open_weights
@@ -32,7 +33,8 @@ log = logging.getLogger("frame.worker")
 
 
 def head_counts(hf_config: object) -> tuple[int, int, int]:
-    """``(query heads, KV heads, head size)`` of a transformers config."""
+    """``(query heads, KV heads, head size)`` of a transformers config (the engine core's tensor-parallel
+    pre-check; the model family states the real ones per layer, :mod:`frame.engine.attention_layers`)."""
     num_heads = hf_config.num_attention_heads  # type: ignore[attr-defined]
     num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads  # type: ignore[attr-defined]
@@ -66,18 +68,23 @@ class Worker:
         return self.parallel.rank
 
     def load_model(self) -> tuple[CausalLM, AttentionBackend]:
-        """Build this rank's shard of the model, load its weights and attach the platform's kernels."""
+        """Build this rank's shard of the model, load its weights and attach the platform's kernels.
+
+        The family states each layer's attention (heads, scale, window, soft-cap); one backend is made per distinct
+        spec, and a backend that cannot serve one is refused here, before any weight is read."""
         sel, hf = self.selection, self.source.hf_config
-        num_heads, num_kv_heads, head_dim = head_counts(hf)
-        heads = HeadPartition.of(num_heads, num_kv_heads, self.parallel.world_size, self.parallel.rank)
-        attention = self.hooks.create_attention(
-            sel.attn, num_heads=heads.q_count, num_kv_heads=heads.kv_count, head_dim=head_dim,
-            scale=head_dim**-0.5, dtype=sel.dtype, platform=sel.platform, options=sel.options["attention"],
+        options = model_options(self.hooks, self.config, self.family)
+        specs = family_specs(self.hooks, self.family, hf, options)
+        layers = create_layer_attention(
+            self.hooks, sel.attn, specs, world_size=self.parallel.world_size, rank=self.parallel.rank,
+            dtype=sel.dtype, platform=sel.platform, options=sel.options["attention"],
         )
+        attention = layers[0]  # the runner builds each step's metadata through it, for every layer
         previous = parallel_context()
         set_parallel_context(self.parallel)
         try:
-            model = self.hooks.create_model(self.family, hf, sel.dtype, sel.platform.device, attention)
+            model = self.hooks.create_model(self.family, hf, sel.dtype, sel.platform.device, attention, layers,
+                                            options)
             method = self.quantization
             packed_source = method.open_weights(self.source.path) if method is not None else None
             model.load_weights(packed_source or open_weights(self.source.path))

@@ -38,9 +38,19 @@ def frame_attention_create(
     dtype: torch.dtype,
     platform: Platform,
     options: BaseModel | None,
+    sliding_window: int | None,
+    logit_softcap: float | None,
 ) -> AttentionBackend:
-    """Create the backend that serves every attention layer of the model.
+    """Create the backend that serves the attention layers of one spec (every layer, for most models).
 
-    Called once by the model runner, on the selected plugin, before the model family builds its layers.
-    ``dtype`` is the KV and compute dtype; ``scale`` the softmax scale. Since API 1.
+    Called by the model worker, on the selected plugin, once per distinct
+    :class:`~frame.interfaces.attention.AttentionSpec` the model family states, before the family builds its
+    layers. Head counts are this tensor-parallel rank's share. ``dtype`` is the KV and compute dtype; ``scale`` the
+    softmax scale. ``sliding_window`` (None: full causal attention) limits a query at position ``p`` to keys
+    ``(p - sliding_window, p]``; ``logit_softcap`` (None: none) maps scores to ``c * tanh(score / c)`` before the
+    softmax. A backend that does not implement one of them must not ignore it: pass both to
+    :class:`~frame.interfaces.attention.AttentionBackend`'s constructor, which refuses what the backend does not
+    declare, or raise :class:`~frame.interfaces.attention.UnsupportedAttentionError`; the core also refuses a
+    backend whose instance does not report the window and soft-cap it was asked for. Since API 1 (``num_heads`` to
+    ``options``); ``sliding_window`` and ``logit_softcap`` since API 2 (issue 18).
     """

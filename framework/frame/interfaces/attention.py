@@ -4,6 +4,11 @@ KV layout (fixed by the core, shared by every backend): for each layer one key a
 ``[num_blocks, block_size, num_kv_heads, head_dim]``; token slot ``s`` lives at block ``s // block_size``,
 offset ``s % block_size``. A step's batch is flat: ``num_tokens`` query tokens from ``num_seqs`` sequences,
 each sequence's new tokens contiguous and in order, prefills, prefill chunks and decodes mixed freely.
+
+What a layer needs is an :class:`AttentionSpec`, which the model family states per layer: heads, KV heads, head
+size, softmax scale, an optional sliding window and logit soft-cap, and whether the layer reads another layer's
+KV instead of writing its own. The core creates one backend per distinct spec (after splitting the heads over the
+tensor-parallel ranks); a backend that does not implement a window or a soft-cap is refused before the model loads.
 """
 
 from __future__ import annotations
@@ -14,6 +19,54 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import torch
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The attention one layer needs, as its model family states it (global head counts, before any split).
+
+    - ``scale``: the softmax scale applied to ``q . k`` (``head_dim ** -0.5`` for most models; Gemma's
+      ``query_pre_attn_scalar ** -0.5``, Granite's ``attention_multiplier``);
+    - ``sliding_window``: when set to ``W``, a query at position ``p`` sees keys ``(p - W, p]`` only (Mistral,
+      Gemma's local layers), as transformers' ``sliding_window`` means; None: every key up to ``p``;
+    - ``logit_softcap``: when set to ``c``, scores become ``c * tanh(scores / c)`` before the softmax (Gemma 2);
+    - ``kv_source``: the index of an earlier layer whose KV cache this layer reads; it writes no KV of its own and
+      needs no cache (cross-layer KV sharing). None: the layer has its own cache.
+    """
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scale: float
+    sliding_window: int | None = None
+    logit_softcap: float | None = None
+    kv_source: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_heads <= 0 or self.num_kv_heads <= 0 or self.head_dim <= 0:
+            raise ValueError(f"attention needs positive head counts and size, got {self}")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ValueError(f"a sliding window must be positive, got {self.sliding_window}")
+        if self.logit_softcap is not None and self.logit_softcap <= 0:
+            raise ValueError(f"a logit soft-cap must be positive, got {self.logit_softcap}")
+
+    def with_heads(self, num_heads: int, num_kv_heads: int) -> AttentionSpec:
+        """The same attention over another number of heads (one tensor-parallel rank's share)."""
+        return dataclasses.replace(self, num_heads=num_heads, num_kv_heads=num_kv_heads)
+
+    @property
+    def features(self) -> list[str]:
+        """What a backend must implement beyond plain causal attention, in words (``["sliding_window=4096"]``)."""
+        found = []
+        if self.sliding_window is not None:
+            found.append(f"sliding_window={self.sliding_window}")
+        if self.logit_softcap is not None:
+            found.append(f"logit_softcap={self.logit_softcap:g}")
+        return found
+
+
+class UnsupportedAttentionError(ValueError):
+    """A backend was asked for attention it does not implement (a sliding window, a logit soft-cap)."""
 
 
 @dataclass
@@ -76,8 +129,12 @@ class AttentionMetadata:
 class AttentionBackend(ABC):
     """Writes a step's new K/V into the paged pool and computes causal attention for its queries.
 
-    One instance serves every layer of a model (layers differ only in the cache tensors passed in). Query token
-    ``j`` of a sequence with context ``c`` before this step attends to positions ``[0, c + j]`` of that sequence.
+    One instance serves every layer of one :class:`AttentionSpec` (layers differ only in the cache tensors passed
+    in); a model whose layers differ in scale, window or soft-cap gets one instance per distinct spec, all of the
+    same plugin, and every instance reads the metadata that the first one's :meth:`build_metadata` made, so that
+    metadata must not depend on the window, the soft-cap or the scale. Query token ``j`` of a sequence with context
+    ``c`` before this step attends to positions ``[0, c + j]`` of that sequence, or with a sliding window ``W`` to
+    ``(c + j - W, c + j]``.
     """
 
     #: True when :meth:`forward` takes query/key/value whose tokens are strided (each token's ``[heads, head_dim]``
@@ -87,15 +144,34 @@ class AttentionBackend(ABC):
     #: lists (``seq_lens_host``), so a platform may record a decode step once and replay it with new tensor values
     #: (CUDA graphs). The engine records only over backends that say so.
     supports_graphs: bool = False
+    #: True when the backend honours ``sliding_window`` (since API 2, issue 18); the base refuses a window
+    #: otherwise, so a backend never silently attends to keys outside it.
+    supports_sliding_window: bool = False
+    #: True when the backend honours ``logit_softcap``; the base refuses a soft-cap otherwise.
+    supports_logit_softcap: bool = False
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
+                 sliding_window: int | None = None, logit_softcap: float | None = None):
         if num_heads % num_kv_heads:
             raise ValueError(f"{num_heads} query heads cannot be grouped over {num_kv_heads} KV heads")
+        name = type(self).__name__
+        if sliding_window is not None and not self.supports_sliding_window:
+            raise UnsupportedAttentionError(f"{name} does not implement sliding-window attention")
+        if logit_softcap is not None and not self.supports_logit_softcap:
+            raise UnsupportedAttentionError(f"{name} does not implement attention logit soft-capping")
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale
         self.dtype = dtype
+        self.sliding_window = sliding_window
+        self.logit_softcap = logit_softcap
+
+    @property
+    def spec(self) -> AttentionSpec:
+        """The attention this instance computes (its rank's heads)."""
+        return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim, self.scale, self.sliding_window,
+                             self.logit_softcap)
 
     def build_metadata(self, common: AttentionMetadata) -> AttentionMetadata:
         """The metadata every layer of this step receives, built once per step before the first layer.

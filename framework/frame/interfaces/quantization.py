@@ -90,6 +90,11 @@ class PackedWeight(ABC):
         """Rows, as ``tensor[index]`` selects them from a dense weight."""
         return self.rows(index)
 
+    def split(self, sizes: Sequence[int]) -> list[PackedWeight]:
+        """``tensor.split(sizes)`` along the rows (a fused checkpoint tensor cut into its parts: Phi-3's QKV)."""
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [self.rows(slice(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
+
     def narrow(self, dim: int, start: int, length: int) -> PackedWeight:
         """``torch.narrow`` for the loaders: any rows (``dim`` 0), or inputs on block boundaries (``dim`` 1/-1)."""
         if dim == 0:

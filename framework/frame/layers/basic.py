@@ -81,6 +81,24 @@ class Linear(KernelLayer):
         return [None]
 
 
+class Embedding(nn.Module):
+    """A lookup table every rank holds whole (GPT-2's learned positions); the vocabulary's is
+    :class:`~frame.layers.parallel.VocabParallelEmbedding`."""
+
+    def __init__(self, num: int, dim: int, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = empty_parameter(num, dim, device=device, dtype=dtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+    def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
+        copy_checked(self.weight if kind == "weight" else None, tensor, kind)
+
+    def load_parts(self) -> list[str | None]:
+        return [None]
+
+
 class SiluAndMul(KernelLayer):
     """SwiGLU's activation: ``silu(gate) * up`` for ``x = [gate | up]`` ``[tokens, 2 * intermediate]``."""
 

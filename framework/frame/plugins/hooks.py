@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from transformers import PretrainedConfig
 
 from frame.errors import FrameUsageError, IncompatiblePluginError
-from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.attention import AttentionBackend, AttentionSpec
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
@@ -120,11 +120,13 @@ class PluginHooks:
 
     def create_attention(
         self, name: str, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
-        platform: Platform, options: BaseModel | None,
+        platform: Platform, options: BaseModel | None, sliding_window: int | None = None,
+        logit_softcap: float | None = None,
     ) -> AttentionBackend:
         return self._call(
             "attention", name, "frame_attention_create", num_heads=num_heads, num_kv_heads=num_kv_heads,
             head_dim=head_dim, scale=scale, dtype=dtype, platform=platform, options=options,
+            sliding_window=sliding_window, logit_softcap=logit_softcap,
         )
 
     # -- cache and scheduler ----------------------------------------------------------------------------
@@ -160,12 +162,22 @@ class PluginHooks:
     def model_architectures(self, name: str) -> list[str]:
         return list(self._probe("model", name, "frame_model_architectures", []))
 
+    def model_is_fallback(self, name: str) -> bool:
+        return bool(self._probe("model", name, "frame_model_fallback", False))
+
+    def model_attention(self, name: str, hf_config: PretrainedConfig,
+                        options: BaseModel | None) -> list[AttentionSpec] | None:
+        """The family's per-layer attention, or None when it does not state it (API 2 families before issue 18)."""
+        return self._call("model", name, "frame_model_attention", default=None, hf_config=hf_config,
+                          options=options)
+
     def create_model(
         self, name: str, hf_config: PretrainedConfig, dtype: torch.dtype, device: torch.device,
-        attention: AttentionBackend,
+        attention: AttentionBackend, layer_attention: list[AttentionBackend] | None = None,
+        options: BaseModel | None = None,
     ) -> CausalLM:
         return self._call("model", name, "frame_model_create", hf_config=hf_config, dtype=dtype, device=device,
-                          attention=attention)
+                          attention=attention, layer_attention=layer_attention, options=options)
 
     # -- lifecycle (broadcast) --------------------------------------------------------------------------
     def engine_started(self, config: Any) -> None:

@@ -60,7 +60,7 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("cache", "cache", "frame.caches", "caches", cache, "frame_cache_create"),
         PluginKind("scheduler", "sched", "frame.schedulers", "schedulers", scheduler, "frame_scheduler_create"),
         PluginKind("model", None, "frame.models", "models", model, "frame_model_create",
-                   ("frame_model_architectures",)),
+                   ("frame_model_architectures", "frame_model_fallback")),
         PluginKind("proposer", "speculative-proposer", "frame.proposers", "proposers", proposer,
                    "frame_proposer_create"),
         PluginKind("grammar", "grammar-backend", "frame.grammars", "grammars", grammar, "frame_grammar_create"),

@@ -19,7 +19,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata, UnsupportedAttentionError
 from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
@@ -116,12 +116,14 @@ def _random_step(
 
 def reference_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    meta: AttentionMetadata, scale: float,
+    meta: AttentionMetadata, scale: float, sliding_window: int | None = None, logit_softcap: float | None = None,
 ) -> torch.Tensor:
     """Obviously-correct paged causal attention, one sequence and one query token at a time, in float64.
 
     Cached context (positions before this step) is read from the caches through the block table; the step's own
-    keys and values come from ``key``/``value``, not from the caches. Returns ``query``'s shape and dtype.
+    keys and values come from ``key``/``value``, not from the caches. With ``sliding_window`` ``W`` a query at
+    position ``p`` sees keys ``(p - W, p]``; with ``logit_softcap`` ``c`` scores become ``c * tanh(score / c)``.
+    Returns ``query``'s shape and dtype.
     """
     num_heads, num_kv_heads = query.shape[1], key.shape[1]
     group = num_heads // num_kv_heads
@@ -136,10 +138,13 @@ def reference_attention(
         keys = torch.cat([cached_k, key[row : row + q_len].double().cpu()])
         values = torch.cat([cached_v, value[row : row + q_len].double().cpu()])
         for j in range(q_len):
-            visible = context + j + 1
+            end = context + j + 1
+            first = 0 if sliding_window is None else max(0, end - sliding_window)
             for h in range(num_heads):
-                scores = keys[:visible, h // group] @ query[row + j, h].double().cpu() * scale
-                out[row + j, h] = torch.softmax(scores, dim=0) @ values[:visible, h // group]
+                scores = keys[first:end, h // group] @ query[row + j, h].double().cpu() * scale
+                if logit_softcap is not None:
+                    scores = logit_softcap * torch.tanh(scores / logit_softcap)
+                out[row + j, h] = torch.softmax(scores, dim=0) @ values[first:end, h // group]
         row += q_len
     return out.to(device=query.device, dtype=query.dtype)
 
@@ -181,24 +186,48 @@ class AttentionBackendSuite:
 
     def make_backend(
         self, hooks: PluginHooks, platform: Platform, num_heads: int, num_kv_heads: int, head_dim: int,
-        dtype: torch.dtype = torch.float32, scale: float | None = None,
+        dtype: torch.dtype = torch.float32, scale: float | None = None, sliding_window: int | None = None,
+        logit_softcap: float | None = None,
     ) -> AttentionBackend:
         """The backend under test, created through its hook with its default options."""
         options_model = hooks.options_model("attention", self.plugin_name)
         return hooks.create_attention(
             self.plugin_name, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
             scale=scale if scale is not None else 1.3 / math.sqrt(head_dim), dtype=dtype, platform=platform,
-            options=options_model() if options_model else None,
+            options=options_model() if options_model else None, sliding_window=sliding_window,
+            logit_softcap=logit_softcap,
         )
 
+    def make_limited_backend(self, hooks: PluginHooks, platform: Platform, heads: tuple[int, int], head_dim: int,
+                             sliding_window: int | None = None, logit_softcap: float | None = None,
+                             dtype: torch.dtype = torch.float32) -> AttentionBackend:
+        """A backend with a window and/or soft-cap; skips the test when the backend refuses them or its hook does
+        not pass them on (the engine then refuses it for such layers). What it must not do is report a window or
+        soft-cap and ignore it, which the checks catch."""
+        try:
+            backend = self.make_backend(hooks, platform, heads[0], heads[1], head_dim, dtype,
+                                        sliding_window=sliding_window, logit_softcap=logit_softcap)
+        except UnsupportedAttentionError as err:
+            pytest.skip(f"{self.plugin_name} refuses it: {err}")
+        if (getattr(backend, "sliding_window", None), getattr(backend, "logit_softcap", None)) != (
+                sliding_window, logit_softcap):
+            pytest.skip(f"{self.plugin_name}'s frame_attention_create does not pass sliding_window and logit_softcap "
+                        "on, so the engine refuses it for layers that need them")
+        return backend
+
     def check(self, hooks, platform, seed: int, num_seqs: int, block_size: int, heads: tuple[int, int],
-              head_dim: int, dtype: torch.dtype = torch.float32, kinds: Sequence[str] | None = None) -> None:
+              head_dim: int, dtype: torch.dtype = torch.float32, kinds: Sequence[str] | None = None,
+              sliding_window: int | None = None, logit_softcap: float | None = None) -> None:
         """Run one random step through the backend and compare output and caches with the reference."""
-        backend = self.make_backend(hooks, platform, heads[0], heads[1], head_dim, dtype)
+        if sliding_window is None and logit_softcap is None:
+            backend = self.make_backend(hooks, platform, heads[0], heads[1], head_dim, dtype)
+        else:
+            backend = self.make_limited_backend(hooks, platform, heads, head_dim, sliding_window, logit_softcap,
+                                                dtype)
         q, k, v, k_cache, v_cache, meta = make_random_batch(
             seed, num_seqs, block_size, heads[0], heads[1], head_dim, dtype, platform.device, kinds
         )
-        expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
+        expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale, sliding_window, logit_softcap)
         out = backend.forward(q, k, v, k_cache, v_cache, backend.build_metadata(meta))
         assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
         torch.testing.assert_close(out, expected, **tolerance(dtype))
@@ -272,6 +301,38 @@ class AttentionBackendSuite:
             expected = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale)
             out = backend.forward(q, k, v, k_cache, v_cache, meta)
             torch.testing.assert_close(out, expected, **tolerance(torch.float32))
+
+    # -- sliding windows and logit soft-caps (plugin API 2, issue 18) --------------------------------------------
+    @pytest.mark.parametrize("window", [1, 5, 16])
+    def test_sliding_window_matches_reference(self, hooks, platform, window: int) -> None:
+        self.check(hooks, platform, 40 + window, 6, self.block_sizes[1], self.head_layouts[1], self.head_dims[0],
+                   kinds=["prefill", "decode", "chunk", "decode", "chunk", "prefill"], sliding_window=window)
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_sliding_window_in_uniform_batches(self, hooks, platform, kind: str) -> None:
+        self.check(hooks, platform, 9, 5, self.block_sizes[-1], self.head_layouts[2], self.head_dims[-1],
+                   kinds=[kind] * 5, sliding_window=7)
+
+    def test_logit_softcap_matches_reference(self, hooks, platform) -> None:
+        self.check(hooks, platform, 21, 6, self.block_sizes[1], self.head_layouts[1], self.head_dims[0],
+                   kinds=["prefill", "decode", "chunk", "decode", "chunk", "prefill"], logit_softcap=1.5)
+
+    def test_window_and_softcap_together(self, hooks, platform) -> None:
+        for seed, layout in ((22, 0), (23, 2)):
+            self.check(hooks, platform, seed, 5, self.block_sizes[-2], self.head_layouts[layout], self.head_dims[-1],
+                       sliding_window=6, logit_softcap=2.0)
+
+    def test_plain_metadata_serves_windowed_layers(self, hooks, platform) -> None:
+        """The runner builds a step's metadata through the first layer's backend; a windowed, soft-capped layer of
+        the same plugin must attend correctly with it."""
+        plain = self.make_backend(hooks, platform, 6, 2, 64)
+        limited = self.make_limited_backend(hooks, platform, (6, 2), 64, sliding_window=4, logit_softcap=3.0)
+        q, k, v, k_cache, v_cache, meta = make_random_batch(13, 4, self.block_sizes[1], 6, 2, 64,
+                                                            device=platform.device,
+                                                            kinds=["chunk", "decode", "prefill", "decode"])
+        expected = reference_attention(q, k, v, k_cache, v_cache, meta, limited.scale, 4, 3.0)
+        out = limited.forward(q, k, v, k_cache, v_cache, plain.build_metadata(meta))
+        torch.testing.assert_close(out, expected, **tolerance(torch.float32))
 
     @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
     def test_low_precision_matches_reference(self, hooks, platform, dtype: torch.dtype) -> None:

@@ -1,15 +1,24 @@
 """Conformance suite of model-family plugins: the family's logits against Hugging Face transformers.
 
-Subclass :class:`ModelFamilySuite` with ``plugin_name = "<family>"``. For every architecture the family claims,
-the suite builds a tiny random transformers model (2 layers, hidden 64), saves it as safetensors, loads it into
-the family through its hooks and :func:`frame.weights.open_weights`, and checks the logits of a full prefill, of
-the same prompt as prefill chunks and decode steps through a paged cache, and of a batch mixing a decode with a
-prefill. Add configs through :meth:`ModelFamilySuite.extra_configs` (rope scalings, biases, tied embeddings).
+Subclass :class:`ModelFamilySuite` with ``plugin_name = "<family>"``. For every architecture the family claims
+(:meth:`ModelFamilySuite.architectures`), the suite builds a tiny random transformers model from the family's own
+tiny config (:meth:`ModelFamilySuite.tiny_config`: 2 layers, hidden 64 by default; a family whose configs spell
+sizes otherwise overrides it), saves it as safetensors, builds the family through its hooks exactly as the engine
+does (its per-layer attention specs, one backend per distinct spec) and loads the checkpoint through
+:func:`frame.weights.open_weights`. It checks the logits of a full prefill, of the same prompt as prefill chunks and
+decode steps through a paged cache, and of a batch mixing a decode with prefills; that every checkpoint tensor is
+needed and a stranger (:attr:`ModelFamilySuite.surprise_tensor`) is named; and that a ``quantization_config`` the
+family has no loader for is refused in one sentence. Prompts are longer than any window a tiny config should set
+(keep ``sliding_window`` at 8 or less so the windows matter). Add configs through
+:meth:`ModelFamilySuite.extra_configs` (rope scalings, biases, tied embeddings, windows).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,11 +28,14 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from frame.engine.attention_layers import create_layer_attention, family_specs
+from frame.errors import UnsupportedModelError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM, WeightSource
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
+from frame.testing.gguf import NoLlamaCppName, write_gguf
 from frame.weights import open_weights
 
 #: Sizes of the tiny models; families whose configs spell these differently override :meth:`tiny_config`.
@@ -95,13 +107,33 @@ class ModelFamilySuite:
     attention_name: ClassVar[str] = "sdpa"
     platform_name: ClassVar[str] = "cpu"
     atol: ClassVar[float] = 1e-4
+    #: A checkpoint tensor name the family must refuse as unknown (spelled like the family's layer tensors).
+    surprise_tensor: ClassVar[str] = "model.layers.0.surprise.weight"
+    def gguf_architecture(self, architecture: str) -> str | None:
+        """llama.cpp's architecture (a ``gguf.MODEL_ARCH`` member name) for the GGUF check of ``architecture``; None
+        (the default, for a family that reads no GGUF) skips the check."""
+        return None
+
+    def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+        """What llama.cpp's converter does to checkpoint tensor ``name`` of this family (nothing, by default)."""
+        return tensor
+
+    def registry(self) -> PluginRegistry:
+        """Where the suite finds the family: the installed plugins (a test of a family that is not installed as a
+        wheel registers its module here, see :mod:`frame.testing.registration`)."""
+        return PluginRegistry()
+
+    def architectures(self) -> list[str]:
+        """The architectures to check with one tiny config each: every one the family lists (a fallback family
+        that lists hundreds picks a few)."""
+        return PluginHooks(self.registry()).model_architectures(self.plugin_name)
 
     def extra_configs(self) -> dict[str, PretrainedConfig]:
         """More configs to check beyond one tiny config per architecture (name -> config)."""
         return {}
 
     def tiny_config(self, architecture: str, **overrides: Any) -> PretrainedConfig:
-        """A tiny transformers config of ``architecture``."""
+        """A tiny transformers config of ``architecture`` (override for configs that spell sizes otherwise)."""
         types = [t for t, a in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if a == architecture]
         preferred = architecture.removesuffix("ForCausalLM").lower()
         model_type = preferred if preferred in types else types[0]
@@ -109,13 +141,11 @@ class ModelFamilySuite:
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "case" in metafunc.fixturenames:
-            hooks = PluginHooks(PluginRegistry())
-            names = [*hooks.model_architectures(self.plugin_name), *self.extra_configs()]
-            metafunc.parametrize("case", names, scope="class")
+            metafunc.parametrize("case", [*self.architectures(), *self.extra_configs()], scope="class")
 
     @pytest.fixture(scope="class")
     def hooks(self) -> PluginHooks:
-        return PluginHooks(PluginRegistry())
+        return PluginHooks(self.registry())
 
     @pytest.fixture(scope="class")
     def platform(self, hooks: PluginHooks):
@@ -124,19 +154,21 @@ class ModelFamilySuite:
         platform.name = self.platform_name
         return platform
 
-    def make_attention(self, hooks: PluginHooks, platform, config: PretrainedConfig) -> AttentionBackend:
-        heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    def make_attention(self, hooks: PluginHooks, platform, config: PretrainedConfig) -> list[AttentionBackend]:
+        """One backend per layer, made as the engine makes them from the family's per-layer specs."""
         options_model = hooks.options_model("attention", self.attention_name)
-        return hooks.create_attention(
-            self.attention_name, num_heads=heads, num_kv_heads=config.num_key_value_heads, head_dim=head_dim,
-            scale=head_dim**-0.5, dtype=torch.float32, platform=platform,
-            options=options_model() if options_model else None,
-        )
+        specs = family_specs(hooks, self.plugin_name, config, None)
+        return create_layer_attention(hooks, self.attention_name, specs, world_size=1, rank=0, dtype=torch.float32,
+                                      platform=platform, options=options_model() if options_model else None)
+
+    def make_model(self, hooks: PluginHooks, platform, config: PretrainedConfig,
+                   layers: list[AttentionBackend]) -> CausalLM:
+        return hooks.create_model(self.plugin_name, hf_config=config, dtype=torch.float32, device=platform.device,
+                                  attention=layers[0], layer_attention=layers)
 
     @pytest.fixture(scope="class")
     def built(self, case: str, hooks: PluginHooks, platform, tmp_path_factory: pytest.TempPathFactory):
-        """``(transformers model, family model, attention, checkpoint folder)`` for ``case``."""
+        """``(transformers model, family model, first layer's attention, checkpoint folder)`` for ``case``."""
         extra = self.extra_configs()
         config = extra[case] if case in extra else self.tiny_config(case)
         torch.manual_seed(0)
@@ -145,11 +177,10 @@ class ModelFamilySuite:
         folder: Path = tmp_path_factory.mktemp(case)
         reference.save_pretrained(folder)
         loaded_config = AutoConfig.from_pretrained(folder)
-        attention = self.make_attention(hooks, platform, loaded_config)
-        model = hooks.create_model(self.plugin_name, hf_config=loaded_config, dtype=torch.float32,
-                                   device=platform.device, attention=attention)
+        layers = self.make_attention(hooks, platform, loaded_config)
+        model = self.make_model(hooks, platform, loaded_config, layers)
         model.load_weights(open_weights(folder))
-        return reference, model, attention, folder
+        return reference, model, layers[0], folder
 
     @staticmethod
     def reference_logits(reference: torch.nn.Module, ids: list[int]) -> torch.Tensor:
@@ -165,11 +196,13 @@ class ModelFamilySuite:
         torch.testing.assert_close(actual.cpu(), expected, atol=self.atol, rtol=1e-4)
 
     # -- the checks ---------------------------------------------------------------------------------------
-    def test_kv_cache_spec(self, built) -> None:
+    def test_kv_cache_spec(self, built, hooks) -> None:
         reference, model, attention, _ = built
+        specs = family_specs(hooks, self.plugin_name, reference.config, None)
         spec = model.kv_cache_spec
+        assert len(specs) == reference.config.num_hidden_layers
         assert (spec.num_layers, spec.num_kv_heads, spec.head_dim) == (
-            reference.config.num_hidden_layers, attention.num_kv_heads, attention.head_dim)
+            sum(s.kv_source is None for s in specs), attention.num_kv_heads, attention.head_dim)
 
     def test_full_prefill_matches_transformers(self, built, platform) -> None:
         reference, model, attention, _ = built
@@ -196,15 +229,61 @@ class ModelFamilySuite:
         self.assert_close(out[2], self.reference_logits(reference, c)[6:])
 
     def test_missing_and_unknown_tensors_are_named(self, built, hooks, platform) -> None:
-        reference, _, attention, folder = built
+        reference, _, _, folder = built
         source = open_weights(folder)
         names = [n for n, _ in source.tensors()]
-        # The second layer's MLP, however the architecture names it (model.layers.1.mlp..., transformer.h.1.mlp...).
-        dropped = next(n for n in names if ".1." in n and "mlp" in n)
-        fresh = hooks.create_model(self.plugin_name, hf_config=reference.config, dtype=torch.float32,
-                                   device=platform.device, attention=attention)
+        # A tensor of the second layer, its MLP's where the names say so (model.layers.1.mlp..., transformer.h.1...).
+        second = [n for n in names if re.search(r"(?:^|\.)(?:layers|h|blocks)\.1\.", n)]
+        dropped = next((n for n in second if "mlp" in n), second[0])
+        layers = self.make_attention(hooks, platform, reference.config)
+        fresh = self.make_model(hooks, platform, reference.config, layers)
         with pytest.raises(ValueError, match=r"lacks|missing") as err:
             fresh.load_weights(EditedSource(source, drop=frozenset({dropped})))
-        assert ".1." in str(err.value) and "mlp" in str(err.value)
-        with pytest.raises(ValueError, match=r"model\.layers\.0\.surprise\.weight"):
-            fresh.load_weights(EditedSource(source, add={"model.layers.0.surprise.weight": torch.zeros(2)}))
+        assert ".1." in str(err.value)
+        with pytest.raises(ValueError, match=re.escape(self.surprise_tensor)):
+            fresh.load_weights(EditedSource(source, add={self.surprise_tensor: torch.zeros(2)}))
+
+    def test_gguf_checkpoint_matches_transformers(self, built, hooks, platform, tmp_path: Path) -> None:
+        """The same checkpoint written as llama.cpp would (gguf-py's names, the converter's transforms) loads into
+        the family and gives transformers' logits."""
+        reference, _, _, folder = built
+        config = reference.config
+        architecture = self.gguf_architecture((getattr(config, "architectures", None) or [""])[0])
+        if architecture is None:
+            pytest.skip("the family lists no llama.cpp architecture for this one")
+        path = tmp_path / "model.gguf"
+        try:
+            write_gguf(open_weights(folder), path, architecture, config.num_hidden_layers,
+                       lambda name, tensor: self.gguf_convert(name, tensor, config))
+        except NoLlamaCppName as err:
+            pytest.skip(f"a variant llama.cpp does not run: {err}")
+        layers = self.make_attention(hooks, platform, config)
+        model = self.make_model(hooks, platform, config, layers)
+        model.load_weights(open_weights(path))
+        ids = self.prompt(6, 13, config.vocab_size)
+        runner = PagedRunner(model, layers[0], 1, 16, torch.float32, platform.device)
+        self.assert_close(runner.step({0: ids})[0], self.reference_logits(reference, ids))
+
+    def test_quantization_config_without_a_loader_is_refused(self, built, hooks) -> None:
+        """A quantized checkpoint the family cannot load is one sentence naming the field, never wrong numbers."""
+        config = copy.deepcopy(built[0].config)
+        config.quantization_config = {"quant_method": "gptq", "bits": 4}
+        with pytest.raises(UnsupportedModelError, match="quantization_config") as err:
+            family_specs(hooks, self.plugin_name, config, None)
+            hooks.create_model(self.plugin_name, hf_config=config, dtype=torch.float32,
+                               device=torch.device("cpu"), attention=built[2], layer_attention=None)
+        assert str(err.value).count(". ") == 0 and str(err.value).endswith(".")
+
+    def test_one_backend_for_layers_that_need_more_is_refused(self, built, hooks, platform) -> None:
+        """Passing a single plain backend to a model whose layers need windows or soft-caps must fail, not serve
+        them with full attention."""
+        reference = built[0]
+        specs = family_specs(hooks, self.plugin_name, reference.config, None)
+        if all(not s.features for s in specs):
+            pytest.skip("every layer of this config has plain attention")
+        plain = create_layer_attention(hooks, self.attention_name, [dataclasses.replace(specs[0], sliding_window=None,
+                                                                                        logit_softcap=None)],
+                                       world_size=1, rank=0, dtype=torch.float32, platform=platform, options=None)[0]
+        with pytest.raises(ValueError, match=r"sliding_window|logit_softcap"):
+            hooks.create_model(self.plugin_name, hf_config=reference.config, dtype=torch.float32,
+                               device=platform.device, attention=plain, layer_attention=None)

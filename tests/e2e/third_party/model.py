@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
+from frame.layers import check_common
 from torch import nn
 from transformers import PretrainedConfig
 
@@ -60,6 +61,7 @@ class Gpt2Model(CausalLM):
 
     def __init__(self, hf_config: PretrainedConfig, attention: AttentionBackend) -> None:
         super().__init__()
+        check_common(hf_config, "gpt2")  # a quantization_config it cannot load is refused, not ignored
         self.config = hf_config
         self.wte = nn.Embedding(hf_config.vocab_size, hf_config.n_embd)
         self.wpe = nn.Embedding(hf_config.n_positions, hf_config.n_embd)

@@ -135,6 +135,19 @@ class MultiprocExecutor(Executor):
     def bytes_per_block(self) -> int:
         return self._bytes_per_block
 
+    def _dead_peer(self, wait_s: float = 1.0) -> str | None:
+        """When a rank reports a failed collective, the usual cause is a peer that died: name that one (it may
+        take a moment for its exit to be visible) rather than the survivor that noticed."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for rank, proc in enumerate(self._procs):
+                code = proc.poll()
+                if code is not None:
+                    return f"the model worker of rank {rank} exited with code {code}"
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
     # -- messaging ----------------------------------------------------------------------------------------
     def _broadcast(self, data: bytes) -> None:
         if self._closed:
@@ -151,8 +164,9 @@ class MultiprocExecutor(Executor):
             if self._answers.poll(int(POLL_S * 1000)):
                 msg = decode_from_worker(self._answers.recv())
                 if isinstance(msg, WorkerFailed):
+                    reason = self._dead_peer() or f"the model worker of rank {msg.rank} failed: {msg.message}"
                     self._stop(graceful=False)
-                    raise WorkerDiedError(f"the model worker of rank {msg.rank} failed: {msg.message}")
+                    raise WorkerDiedError(reason)
                 if isinstance(msg, kind):
                     answers.append(msg)
                 continue

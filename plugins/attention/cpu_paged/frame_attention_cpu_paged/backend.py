@@ -13,14 +13,21 @@ class CpuPagedAttention(AttentionBackend):
 
     No per-layer gathers or padded copies: the kernel walks the block table, folds the query heads of a KV head
     together (each K/V row is read once for all of them) and keeps an online softmax in float32. Queries and
-    outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16.
+    outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16. A sliding window starts each
+    query's walk at its window and masks the keys before it; a soft-cap maps scores through ``c * tanh(s / c)``. Both
+    run on the kernel's generic loops (compiler-vectorised), not its AVX-512 paths.
     """
 
     accepts_strided_tokens = True
     supports_graphs = True  # one kernel call per layer, everything read from the metadata's tensors
+    supports_sliding_window = True
+    supports_logit_softcap = True
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
-        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
+                 sliding_window: int | None = None, logit_softcap: float | None = None):
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)
+        # The kernel's encoding of "none" for both is 0.
+        self._limits = (sliding_window or 0, logit_softcap or 0.0)
         kernel.load()
         self._attention = torch.ops.frame_cpu_paged.attention.default
         self._forward = torch.ops.frame_cpu_paged.forward.default
@@ -39,7 +46,7 @@ class CpuPagedAttention(AttentionBackend):
         """Causal attention of every query row over its sequence's cached context (new tokens included)."""
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         self._attention(out, query, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
-                        self.scale)
+                        self.scale, *self._limits)
         return out
 
     def forward(
@@ -49,5 +56,5 @@ class CpuPagedAttention(AttentionBackend):
         """Store the new K/V and attend, in one native call (token rows may be strided: columns of a QKV output)."""
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         self._forward(out, query, key.to(k_cache.dtype), value.to(v_cache.dtype), k_cache, v_cache, meta.slot_mapping,
-                      meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale)
+                      meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale, *self._limits)
         return out

@@ -28,9 +28,9 @@ def frame_attention_check(platform: Platform) -> str | None:
 @hookimpl
 def frame_attention_create(
     num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
-    options: BaseModel | None,
+    options: BaseModel | None, sliding_window: int | None, logit_softcap: float | None,
 ) -> AttentionBackend:
-    """One CpuPagedAttention for every layer (building the kernel first if this CPU has no build yet)."""
+    """One CpuPagedAttention per attention spec (building the kernel first if this CPU has no build yet)."""
     from frame_attention_cpu_paged.backend import CpuPagedAttention
 
-    return CpuPagedAttention(num_heads, num_kv_heads, head_dim, scale, dtype)
+    return CpuPagedAttention(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)

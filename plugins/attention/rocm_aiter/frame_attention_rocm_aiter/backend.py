@@ -47,8 +47,10 @@ class AiterAttentionBackend(AttentionBackend):
     :class:`~frame_attention_rocm_aiter.plan.AiterPlan` to the step's metadata.
     """
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype):
-        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
+                 sliding_window: int | None = None, logit_softcap: float | None = None):
+        # The base refuses a window or a soft-cap: AITER's kernels take them, but frame does not pass them yet.
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)
         if dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"AITER's attention kernels compute in float16 or bfloat16, not {dtype}")
         if head_dim not in SUPPORTED_HEAD_DIMS:

@@ -39,8 +39,9 @@ def frame_attention_check(platform: Platform) -> str | None:
 
 
 @hookimpl
-def frame_attention_create(num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
-                           dtype: torch.dtype) -> AttentionBackend:
+def frame_attention_create(num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
+                           sliding_window: int | None, logit_softcap: float | None) -> AttentionBackend:
+    """One AiterAttentionBackend per attention spec; a window or soft-cap is refused (not wired to AITER yet)."""
     from frame_attention_rocm_aiter.backend import AiterAttentionBackend
 
-    return AiterAttentionBackend(num_heads, num_kv_heads, head_dim, scale, dtype)
+    return AiterAttentionBackend(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)

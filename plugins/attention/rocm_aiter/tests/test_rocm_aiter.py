@@ -43,14 +43,16 @@ class TestAiterConformance(AttentionBackendSuite):
             return hooks.create_platform("rocm", None)
         return hooks.create_platform("cpu", None)  # the double computes on CPU tensors
 
-    def make_backend(self, hooks, platform, num_heads, num_kv_heads, head_dim, dtype=torch.float32, scale=None):
+    def make_backend(self, hooks, platform, num_heads, num_kv_heads, head_dim, dtype=torch.float32, scale=None,
+                     **limits):
         # AITER has no float32 kernels: the suite's float32 cases run in float16.
         dtype = torch.float16 if dtype == torch.float32 else dtype
-        return super().make_backend(hooks, platform, num_heads, num_kv_heads, head_dim, dtype, scale)
+        return super().make_backend(hooks, platform, num_heads, num_kv_heads, head_dim, dtype, scale, **limits)
 
-    def check(self, hooks, platform, seed, num_seqs, block_size, heads, head_dim, dtype=torch.float32, kinds=None):
+    def check(self, hooks, platform, seed, num_seqs, block_size, heads, head_dim, dtype=torch.float32, kinds=None,
+              **limits):
         dtype = torch.float16 if dtype == torch.float32 else dtype
-        super().check(hooks, platform, seed, num_seqs, block_size, heads, head_dim, dtype, kinds)
+        super().check(hooks, platform, seed, num_seqs, block_size, heads, head_dim, dtype, kinds, **limits)
 
     def test_declares_its_platform(self, hooks, platform, aiter_module) -> None:
         assert hooks.attention_platforms(self.plugin_name) == ["rocm"]

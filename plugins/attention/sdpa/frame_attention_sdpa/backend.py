@@ -28,8 +28,12 @@ class SdpaAttention(AttentionBackend):
     Single-token (decode) sequences are bucketed by length; each bucket gathers its contexts whole blocks at a
     time and attends with two batched matmuls, the query heads folded onto their KV head so no KV is repeated.
     Every sequence with several new tokens (a prefill or a prefill chunk) gets its own SDPA call, causal and
-    shifted by its cached context.
+    shifted by its cached context. A sliding window narrows the masks; a logit soft-cap, which SDPA cannot apply
+    between its product and its softmax, takes explicit matmuls in float32 instead.
     """
+
+    supports_sliding_window = True
+    supports_logit_softcap = True
 
     def build_metadata(self, common: AttentionMetadata) -> SdpaMetadata:
         """Build the step's gather plan once; every layer reuses it."""
@@ -74,7 +78,7 @@ class SdpaAttention(AttentionBackend):
         k = k_cache.index_select(0, group.blocks).view(batch, length, kv_heads * dim)
         v = v_cache.index_select(0, group.blocks).view(batch, length, kv_heads * dim)
         scores = torch.bmm(q_bd.view(batch, heads, kv_heads * dim), k.transpose(1, 2))
-        scores = scores.float().mul_(self.scale).add_(group.bias(torch.float32))
+        scores = self._capped(scores.float().mul_(self.scale)).add_(group.bias(torch.float32, self.sliding_window))
         probs = torch.softmax(scores, dim=-1).to(v.dtype)
         out = torch.bmm(probs, v).view(batch, kv_heads, groups, kv_heads, dim).diagonal(dim1=1, dim2=3)
         return out.permute(0, 3, 1, 2).reshape(batch, heads, dim).to(query.dtype)
@@ -87,8 +91,13 @@ class SdpaAttention(AttentionBackend):
         q = query.index_select(0, group.rows).to(k_cache.dtype).view(batch, self.num_kv_heads, groups, self.head_dim)
         k = k_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
         v = v_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
-        bias = group.bias(q.dtype)[:, None]
-        o = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias, scale=self.scale)
+        if self.logit_softcap is not None:
+            o = self._explicit(q, k.transpose(1, 2), v.transpose(1, 2),
+                               group.bias(torch.float32, self.sliding_window)[:, None])
+        else:
+            bias = group.bias(q.dtype, self.sliding_window)[:, None]
+            o = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
+                                               scale=self.scale)
         return o.reshape(batch, self.num_heads, self.head_dim).to(query.dtype)
 
     def _prefill(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, seq: PrefillSeq):
@@ -97,7 +106,23 @@ class SdpaAttention(AttentionBackend):
         # K/V repeated per query head rather than enable_gqa, which sends torch's CPU SDPA to its slow math path.
         k = k_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
         v = v_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
+        if self.logit_softcap is not None:
+            bias = torch.zeros(seq.visible(self.sliding_window).shape, dtype=torch.float32, device=q.device)
+            o = self._explicit(q, k, v, bias.masked_fill_(~seq.visible(self.sliding_window), float("-inf")))
+            return o.transpose(0, 1).to(query.dtype)
+        mask = seq.mask if self.sliding_window is None else seq.visible(self.sliding_window)
         o = F.scaled_dot_product_attention(
-            q[None], k[None], v[None], attn_mask=seq.mask, is_causal=seq.mask is None, scale=self.scale
+            q[None], k[None], v[None], attn_mask=mask, is_causal=mask is None, scale=self.scale
         )
         return o[0].transpose(0, 1).to(query.dtype)
+
+    def _capped(self, scores: torch.Tensor) -> torch.Tensor:
+        """``c * tanh(scores / c)`` for a soft-capped layer (float32 scores, already scaled); as is otherwise."""
+        if self.logit_softcap is None:
+            return scores
+        return torch.tanh(scores / self.logit_softcap).mul_(self.logit_softcap)
+
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``softmax(cap(q k^T * scale) + bias) v`` in float32 over matching leading dimensions, in ``v``'s dtype."""
+        scores = self._capped(torch.matmul(q.float(), k.float().transpose(-1, -2)).mul_(self.scale)).add_(bias)
+        return torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(v.dtype)

@@ -23,21 +23,27 @@ class DecodeGroup:
     ``rows`` are the query rows ``[B]``; ``blocks`` ``[B * N]`` the first ``N`` entries of each sequence's block
     table (padded with block 0), so one ``index_select`` over the pool's block dimension gathers every context
     as ``[B, N * block_size]`` slots, whole blocks at a time; ``mask`` ``[B, 1, N * block_size]`` is True
-    where a slot is real. :meth:`bias` is the same mask as an additive bias.
+    where a slot is real, ``lens`` ``[B, 1, 1]`` each context's length. :meth:`bias` is the mask as an additive
+    bias, narrowed to the last ``window`` positions for a sliding-window layer.
     """
 
     rows: torch.Tensor
     blocks: torch.Tensor
     num_blocks: int
     mask: torch.Tensor
-    _biases: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
+    lens: torch.Tensor
+    _biases: dict[tuple[torch.dtype, int | None], torch.Tensor] = field(default_factory=dict)
 
-    def bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """``0`` where the mask is True, ``-inf`` elsewhere, in ``dtype``; built once per step and dtype."""
-        bias = self._biases.get(dtype)
+    def bias(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
+        """``0`` where a slot is visible, ``-inf`` elsewhere, in ``dtype``; built once per step, dtype and window."""
+        bias = self._biases.get((dtype, window))
         if bias is None:
-            bias = self._biases[dtype] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
-            bias.masked_fill_(~self.mask, float("-inf"))
+            visible = self.mask
+            if window is not None:  # the decoded token sits at position len - 1 and sees (len - 1 - window, len - 1]
+                positions = torch.arange(self.mask.shape[-1], device=self.mask.device)
+                visible = visible & (positions >= self.lens - window)
+            bias = self._biases[(dtype, window)] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            bias.masked_fill_(~visible, float("-inf"))
         return bias
 
 
@@ -46,13 +52,28 @@ class PrefillSeq:
     """One sequence with several new tokens: query rows ``start:start+query_len`` over ``slots`` ``[seq_len]``.
 
     ``mask`` ``[query_len, seq_len]`` is the causal mask shifted by the cached context, or None when the
-    sequence has no cached context (then plain ``is_causal`` applies).
+    sequence has no cached context (then plain ``is_causal`` applies). :meth:`visible` is the mask for a layer with
+    a sliding window (or any mask at all, for a layer that cannot use ``is_causal``).
     """
 
     start: int
     query_len: int
     slots: torch.Tensor
     mask: torch.Tensor | None
+    _masks: dict[int | None, torch.Tensor] = field(default_factory=dict)
+
+    def visible(self, window: int | None) -> torch.Tensor:
+        """``[query_len, seq_len]``: True where a query sees a key (causal, and inside ``window`` when given)."""
+        found = self._masks.get(window)
+        if found is None:
+            seq_len = self.slots.shape[0]
+            keys = torch.arange(seq_len, device=self.slots.device)[None, :]
+            queries = torch.arange(seq_len - self.query_len, seq_len, device=self.slots.device)[:, None]
+            found = keys <= queries
+            if window is not None:
+                found &= keys > queries - window
+            self._masks[window] = found
+        return found
 
 
 @dataclass
@@ -79,7 +100,7 @@ def _decode_group(meta: AttentionMetadata, ids: list[int], starts: list[int]) ->
     mask = torch.arange(num_blocks * meta.block_size, device=device)[None, :] < lens[:, None]
     blocks = meta.block_tables.index_select(0, index)[:, :num_blocks].long().reshape(-1)
     rows = torch.tensor([starts[i] for i in ids], device=device)
-    return DecodeGroup(rows, blocks, num_blocks, mask[:, None, :])
+    return DecodeGroup(rows, blocks, num_blocks, mask[:, None, :], lens[:, None, None])
 
 
 def _buckets(meta: AttentionMetadata, decode_ids: list[int]) -> list[list[int]]:

@@ -22,7 +22,7 @@ def frame_attention_platforms() -> list[str]:
 @hookimpl
 def frame_attention_create(
     num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
-    options: BaseModel | None,
+    options: BaseModel | None, sliding_window: int | None, logit_softcap: float | None,
 ) -> AttentionBackend:
-    """One SdpaAttention for every layer; it takes no options and needs nothing from the platform."""
-    return SdpaAttention(num_heads, num_kv_heads, head_dim, scale, dtype)
+    """One SdpaAttention per attention spec; it takes no options and needs nothing from the platform."""
+    return SdpaAttention(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)

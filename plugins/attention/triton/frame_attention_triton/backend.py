@@ -26,16 +26,20 @@ class TritonAttentionBackend(AttentionBackend):
     """Paged attention as two Triton kernels: a slot-wise KV write and one mixed-batch attention kernel.
 
     :meth:`build_metadata` cuts the step's queries into tiles (a :class:`TilePlan` in :class:`TritonMetadata`);
-    every layer's :meth:`attend` reuses that plan. Block sizes must be multiples of 16.
+    every layer's :meth:`attend` reuses that plan. Block sizes must be multiples of 16. Sliding windows and logit
+    soft-caps are compiled into the kernel only for the layers that have them.
     """
 
     #: The grid comes from the tile plan (fixed for a decode bucket); context lengths and block tables are read
     #: from device tensors in the kernel.
     supports_graphs = True
+    supports_sliding_window = True
+    supports_logit_softcap = True
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
-                 options: TritonOptions | None = None):
-        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype)
+                 options: TritonOptions | None = None, sliding_window: int | None = None,
+                 logit_softcap: float | None = None):
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, dtype, sliding_window, logit_softcap)
         if dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"the triton backend computes in float16, bfloat16 or float32, not {dtype}")
         self.options = options or TritonOptions()
@@ -61,5 +65,6 @@ class TritonAttentionBackend(AttentionBackend):
         plan = meta.plan if isinstance(meta, TritonMetadata) else self._plan(meta)
         return paged_attention(
             query, k_cache, v_cache, query_start_loc=meta.query_start_loc, seq_lens=meta.seq_lens,
-            block_tables=meta.block_tables, plan=plan, scale=self.scale,
+            block_tables=meta.block_tables, plan=plan, scale=self.scale, sliding_window=self.sliding_window,
+            logit_softcap=self.logit_softcap,
         )

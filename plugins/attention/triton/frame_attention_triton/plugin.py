@@ -45,9 +45,11 @@ def frame_plugin_options() -> type[BaseModel]:
 
 @hookimpl
 def frame_attention_create(num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
-                           options: BaseModel | None) -> AttentionBackend:
+                           options: BaseModel | None, sliding_window: int | None,
+                           logit_softcap: float | None) -> AttentionBackend:
     from frame_attention_triton.backend import TritonAttentionBackend
     from frame_attention_triton.options import TritonOptions
 
     return TritonAttentionBackend(num_heads, num_kv_heads, head_dim, scale, dtype,
-                                  options if isinstance(options, TritonOptions) else None)
+                                  options if isinstance(options, TritonOptions) else None, sliding_window,
+                                  logit_softcap)

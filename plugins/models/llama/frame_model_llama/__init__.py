@@ -1,4 +1,5 @@
-"""frame-model-llama: the Llama model family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)."""
+"""frame-model-llama: the Llama model family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+GraniteForCausalLM, MixtralForCausalLM)."""
 
 from frame_model_llama.args import ARCHITECTURES, LlamaArgs
 from frame_model_llama.model import LlamaModel

@@ -2,58 +2,49 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from frame.interfaces.attention import AttentionSpec
+from frame.layers.config import DecoderArgs, architecture_of
+from pydantic import BaseModel
 from transformers import PretrainedConfig
 
+FAMILY = "llama"
 #: Architectures this family builds, and whether llama.cpp permuted their GGUF Q/K rows for its rope layout.
 ARCHITECTURES: dict[str, bool] = {
     "LlamaForCausalLM": True,
     "MistralForCausalLM": True,
     "Qwen2ForCausalLM": False,
+    "GraniteForCausalLM": True,
+    "MixtralForCausalLM": True,
 }
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
-
-
-def architecture_of(config: PretrainedConfig) -> str:
-    """The config's architecture; GGUF-derived configs name only a ``model_type``."""
-    archs = getattr(config, "architectures", None) or []
-    if archs:
-        return archs[0]
-    if config.model_type in _MODEL_TYPES:
-        return _MODEL_TYPES[config.model_type]
-    raise ValueError(f"config of model_type {config.model_type!r} names no architecture this family builds")
-
-
-def rope_parameters(config: PretrainedConfig) -> dict[str, Any]:
-    """The rope dict with ``rope_type`` and ``rope_theta``: ``rope_parameters`` (transformers 5) or the older
-    ``rope_scaling`` plus ``rope_theta`` attributes."""
-    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
-    params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
-    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
-    return params
+#: GGUF-derived configs name only a model type.
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM"}
 
 
 @dataclass(frozen=True)
-class LlamaArgs:
-    """Sizes, biases and rope settings of one Llama, Mistral or Qwen2 checkpoint."""
+class Experts:
+    """Mixtral's sparse MLP: ``num_experts`` SwiGLU experts, ``top_k`` of them per token (weights renormalised)."""
 
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    tie_word_embeddings: bool
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    max_position_embeddings: int
-    rope: dict[str, Any] = field(default_factory=dict)
+    num_experts: int
+    top_k: int
+
+
+@dataclass(frozen=True)
+class LlamaArgs(DecoderArgs):
+    """A Llama, Mistral, Qwen2, Granite or Mixtral checkpoint: the common sizes, biases, Granite's multipliers and
+    Mixtral's experts."""
+
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    attention_scale: float | None = None  # None: head_dim ** -0.5
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logit_scale: float = 1.0
+    experts: Experts | None = None
 
     @property
     def gguf_qk_permuted(self) -> bool:
@@ -61,30 +52,35 @@ class LlamaArgs:
         return ARCHITECTURES[self.architecture]
 
     @classmethod
-    def from_config(cls, config: PretrainedConfig) -> LlamaArgs:
-        """Read ``config``; ValueError for an architecture or feature this family does not build."""
-        arch = architecture_of(config)
-        if arch not in ARCHITECTURES:
-            raise ValueError(f"the llama model family builds {', '.join(ARCHITECTURES)}, not {arch}")
-        if getattr(config, "use_sliding_window", False):
-            raise ValueError(f"{arch} with use_sliding_window=True is not supported by the llama model family")
+    def from_config(cls, config: PretrainedConfig, options: BaseModel | None = None) -> LlamaArgs:
+        """Read ``config``; UnsupportedModelError naming the field for anything this family does not build."""
+        arch = architecture_of(config, _MODEL_TYPES, FAMILY)
         qwen = arch == "Qwen2ForCausalLM"
         attention_bias = bool(getattr(config, "attention_bias", False))
-        heads = config.num_attention_heads
         return cls(
-            architecture=arch,
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            intermediate_size=config.intermediate_size,
-            num_layers=config.num_hidden_layers,
-            num_heads=heads,
-            num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            rms_norm_eps=config.rms_norm_eps,
-            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            **DecoderArgs.read(config, arch, FAMILY, options),
             qkv_bias=qwen or attention_bias,
             o_bias=attention_bias and not qwen,
             mlp_bias=bool(getattr(config, "mlp_bias", False)),
-            max_position_embeddings=getattr(config, "max_position_embeddings", 4096),
-            rope=rope_parameters(config),
+            **_granite(config, arch), **_mixtral(config, arch),
         )
+
+    def attention_specs(self) -> list[AttentionSpec]:  # type: ignore[override]
+        """The same heads on every layer, a sliding window where the config sets one (Mistral, Qwen2)."""
+        return super().attention_specs(self.attention_scale)
+
+
+def _granite(config: PretrainedConfig, arch: str) -> dict[str, Any]:
+    """Granite's multipliers: attention scale, embedding and residual multipliers, logits divided by a scale."""
+    if arch != "GraniteForCausalLM":
+        return {}
+    return {"attention_scale": float(config.attention_multiplier),
+            "embedding_multiplier": float(config.embedding_multiplier),
+            "residual_multiplier": float(config.residual_multiplier), "logit_scale": 1.0 / config.logits_scaling}
+
+
+def _mixtral(config: PretrainedConfig, arch: str) -> dict[str, Any]:
+    """Mixtral's experts (every layer is sparse)."""
+    if arch != "MixtralForCausalLM":
+        return {}
+    return {"experts": Experts(config.num_local_experts, config.num_experts_per_tok)}

@@ -1,99 +1,70 @@
-"""LlamaModel: the Llama / Mistral / Qwen2 decoder over paged KV, as a frame CausalLM."""
+"""LlamaModel: the Llama / Mistral / Qwen2 / Granite / Mixtral decoder over paged KV, as a frame CausalLM.
+
+Everything is built from ``frame.layers``, so platform kernels serve it and tensor parallelism shards it: the QKV
+projection by heads, the SwiGLU projection by intermediate features, and the output and down projections sum their
+partial products over the ranks. The family holds no communication code of its own."""
 
 from __future__ import annotations
 
 import torch
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
-from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
-from frame.layers import ParallelLMHead, RMSNorm, VocabParallelEmbedding, local_heads
+from frame.interfaces.attention import AttentionBackend, AttentionSpec
+from frame.layers import (
+    DecoderLM,
+    GatedMLP,
+    MixtureOfExperts,
+    PreNormDecoderLayer,
+    RMSNorm,
+    RotaryEmbedding,
+    SelfAttention,
+)
+from frame.weights.loading import Placement
 from torch import nn
 
 from frame_model_llama.args import LlamaArgs
-from frame_model_llama.layers import DecoderLayer
-from frame_model_llama.loading import gguf_heads_to_unpermute, target_of, unpermute_rows
-from frame_model_llama.rope import RotaryEmbedding
+from frame_model_llama.loading import gguf_heads_to_unpermute, name_map, unpermute_rows
 
 
-class LlamaModel(CausalLM):
-    """Embedding, decoder layers, final norm and the (possibly tied) output projection."""
+class LlamaModel(DecoderLM):
+    """Embedding, decoder layers, final norm and the (possibly tied) output projection.
 
-    def __init__(self, args: LlamaArgs, attention: AttentionBackend, device: torch.device, dtype: torch.dtype):
-        super().__init__()
-        heads = local_heads(args.num_heads, args.num_kv_heads)  # this tensor-parallel rank's share
-        if (attention.num_heads, attention.num_kv_heads, attention.head_dim) != (
-            heads.q_count, heads.kv_count, args.head_dim
-        ):
-            raise ValueError(
-                f"the attention backend was made for {attention.num_heads} heads / {attention.num_kv_heads} KV "
-                f"heads of size {attention.head_dim}, but this rank of the model has {heads.q_count} / "
-                f"{heads.kv_count} of size {args.head_dim}"
-            )
+    ``layer_attention[i]`` serves layer ``i`` (made from :meth:`LlamaArgs.attention_specs`); with only ``attention``
+    every layer uses it, which must then fit every layer's spec (no window where the config has one)."""
+
+    def __init__(self, args: LlamaArgs, attention: AttentionBackend, device: torch.device, dtype: torch.dtype,
+                 layer_attention: list[AttentionBackend] | None = None) -> None:
+        super().__init__(args.attention_specs(), attention, layer_attention, args.architecture,
+                         logit_scale=args.logit_scale)
         self.args = args
-        self.num_kv_heads = heads.kv_count
-        self.embed_tokens = VocabParallelEmbedding(args.vocab_size, args.hidden_size, device, dtype)
-        self.layers = nn.ModuleList(DecoderLayer(args, attention, device, dtype) for _ in range(args.num_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, device, dtype)
+        self.names = {gguf: name_map(args, gguf) for gguf in (False, True)}
+        self.add_embeddings(args.vocab_size, args.hidden_size, args.tie_word_embeddings, device, dtype)
+        self.layers = nn.ModuleList(self._layer(spec, backend, device, dtype)
+                                    for spec, backend in zip(self.specs, self.backends, strict=True))
+        self.norm = RMSNorm(args.hidden_size, args.norm_eps, device, dtype)
         self.rotary = RotaryEmbedding(args.rope, args.head_dim, args.max_position_embeddings, device)
-        # Tied checkpoints reuse the embedding (the same vocabulary slice) as the output projection.
-        tied = self.embed_tokens.weight if args.tie_word_embeddings else None
-        self.logits = ParallelLMHead(args.hidden_size, args.vocab_size, device, dtype, weight=tied)
 
-    @property
-    def kv_cache_spec(self) -> KVCacheSpec:
-        return KVCacheSpec(self.args.num_layers, self.num_kv_heads, self.args.head_dim)
+    def _layer(self, spec: AttentionSpec, backend: AttentionBackend, device: torch.device,
+               dtype: torch.dtype) -> PreNormDecoderLayer:
+        args = self.args
+        return PreNormDecoderLayer(
+            RMSNorm(args.hidden_size, args.norm_eps, device, dtype),
+            SelfAttention(args.hidden_size, spec, backend, device, dtype, qkv_bias=args.qkv_bias, o_bias=args.o_bias),
+            RMSNorm(args.hidden_size, args.norm_eps, device, dtype),
+            self._mlp(device, dtype),
+            residual_scale=args.residual_multiplier,
+        )
 
-    @torch.inference_mode()
-    def forward(  # type: ignore[override]
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        """Final-norm hidden states ``[num_tokens, hidden]`` of the flat batch; writes every layer's new KV."""
-        if len(kv_caches) != len(self.layers):
-            raise ValueError(f"got KV caches for {len(kv_caches)} layers, the model has {len(self.layers)}")
+    def _mlp(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
+        args = self.args
+        if args.experts is None:
+            return GatedMLP(args.hidden_size, args.intermediate_size, "silu", args.mlp_bias, device, dtype)
+        return MixtureOfExperts(args.hidden_size, args.intermediate_size, args.experts.num_experts,
+                                args.experts.top_k, device, dtype)
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
-        rope = self.rotary.lookup(positions, h.dtype)
-        residual = None
-        for layer, cache in zip(self.layers, kv_caches, strict=True):
-            h, residual = layer(h, residual, rope, cache, meta)
-        return self.norm(h, residual)[0]
+        return h * self.args.embedding_multiplier if self.args.embedding_multiplier != 1.0 else h
 
-    @torch.inference_mode()
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """float32 logits ``[n, vocab]``."""
-        return self.logits(hidden).float()
-
-    def expected_targets(self) -> set[tuple[str, str, str | None]]:
-        """Every ``(module, kind, part)`` a checkpoint must fill."""
-        expected: set[tuple[str, str, str | None]] = set()
-        for path, module in self.named_modules():
-            load_parts = getattr(module, "load_parts", None)
-            if load_parts is None or (path == "logits" and self.args.tie_word_embeddings):
-                continue
-            for kind in ("weight", "bias"):
-                if getattr(module, kind, None) is not None or (kind == "bias" and getattr(module, "summed_bias", None)
-                                                                is not None):
-                    expected.update((path, kind, part) for part in load_parts())
-        return expected
-
-    @torch.inference_mode()
-    def load_weights(self, source: WeightSource) -> None:
-        """Hand every tensor of ``source`` to its layer (which keeps its slice); ValueError on a gap or extra."""
-        gguf = source.format == "gguf"
-        modules = dict(self.named_modules())
-        expected = self.expected_targets()
-        for name, tensor in source.tensors():
-            target = target_of(name, self.args, gguf)
-            if target is None:
-                continue
-            heads = gguf_heads_to_unpermute(name, self.args) if gguf else None
-            if heads is not None:
-                tensor = unpermute_rows(tensor, heads)
-            path, kind, part = target
-            try:
-                modules[path].load(kind, tensor, part)
-            except ValueError as err:
-                raise ValueError(f"checkpoint tensor {name!r}: {err}") from None
-            expected.discard(target)
-        if expected:
-            missing = ", ".join(sorted(f"{p}.{k}" + (f"[{part}]" if part else "") for p, k, part in expected))
-            raise ValueError(f"the checkpoint lacks tensors for: {missing}")
+    def placements(self, name: str, tensor: torch.Tensor, gguf: bool) -> list[Placement] | None:
+        """Hugging Face or llama.cpp names; GGUF Q/K rows of Llama and Mistral back in Hugging Face order."""
+        heads = gguf_heads_to_unpermute(name, self.args) if gguf else None
+        return self.names[gguf].place(name, tensor if heads is None else unpermute_rows(tensor, heads))

@@ -13,7 +13,7 @@ from frame.plugins.registry import PluginRegistry
 from frame.testing.model import TINY, PagedRunner, randomize_
 from frame.weights import open_weights
 from frame_model_llama.args import LlamaArgs
-from frame_model_llama.loading import target_of, unpermute_rows
+from frame_model_llama.loading import name_map, unpermute_rows
 from frame_model_llama.model import LlamaModel
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
@@ -95,14 +95,15 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
 
 def test_names_map_to_layers_and_fused_parts() -> None:
     args = LlamaArgs.from_config(LlamaConfig(**TINY))
-    assert target_of("model.layers.1.self_attn.k_proj.weight", args, gguf=False) == ("layers.1.attn.qkv", "weight", "k")
-    assert target_of("blk.0.attn_v.weight", args, gguf=True) == ("layers.0.attn.qkv", "weight", "v")
-    assert target_of("blk.1.ffn_up.weight", args, gguf=True) == ("layers.1.mlp.gate_up", "weight", "up")
-    assert target_of("blk.1.attn_norm.weight", args, gguf=True) == ("layers.1.input_norm", "weight", None)
-    assert target_of("output.weight", args, gguf=True) == ("logits", "weight", None)
-    assert target_of("rope_freqs.weight", args, gguf=True) is None
+    hf, gguf = name_map(args, gguf=False), name_map(args, gguf=True)
+    assert hf.target("model.layers.1.self_attn.k_proj.weight") == ("layers.1.attn.qkv", "weight", "k")
+    assert gguf.target("blk.0.attn_v.weight") == ("layers.0.attn.qkv", "weight", "v")
+    assert gguf.target("blk.1.ffn_up.weight") == ("layers.1.mlp.gate_up", "weight", "up")
+    assert gguf.target("blk.1.attn_norm.weight") == ("layers.1.input_norm", "weight", None)
+    assert gguf.target("output.weight") == ("lm_head", "weight", None)
+    assert gguf.target("rope_freqs.weight") is None
     with pytest.raises(ValueError, match=r"blk\.2\.attn_q\.weight"):
-        target_of("blk.2.attn_q.weight", args, gguf=True)  # the model has 2 layers
+        gguf.target("blk.2.attn_q.weight")  # the model has 2 layers
 
 
 def test_weight_readers_refuse_pickles_and_odd_paths(tmp_path: Path) -> None:

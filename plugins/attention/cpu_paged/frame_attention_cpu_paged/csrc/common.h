@@ -80,6 +80,11 @@ struct Problem {
   float scale;
   int64_t query_stride;
   int64_t num_seqs;
+  int64_t window;   // a query at position p sees keys (p - window, p]; 0: every key up to p
+  float softcap;    // scores become softcap * tanh(score / softcap) before the softmax; 0: none
+
+  // A window or a soft-cap: served by the generic loops only (the AVX-512 paths assume neither).
+  bool limited() const { return window > 0 || softcap > 0.0f; }
 };
 
 // GCC 12 drops __builtin_prefetch in this file's loops (checked in the assembly), so the instruction is spelled out.

@@ -86,37 +86,40 @@ struct Accumulator {
   }
 };
 
-// One KV head's rows of an item: queries, accumulators, and where the first row's token sits.
+// One KV head's rows of an item: queries, accumulators, where the first row's token sits, and the layer's
+// sliding window and soft-cap (0: none).
 struct HeadRows {
   const float* q;
   float* acc;
   float* max;
   float* sum;
   int64_t rows, groups, first_pos;
+  int64_t window;
+  float softcap;
 };
 
-// Fold one chunk's scores s[0..kChunk) (valid below `valid`) of a row into the running softmax; vrows are the
-// chunk's V rows as float (kChunk x D).
+// Fold one chunk's scores s[0..kChunk) (real keys in [first, valid)) of a row into the running softmax; vrows
+// are the chunk's V rows as float (kChunk x D).
 template <int D>
-inline void fold_scores(float* s, int valid, float& row_max, float& row_sum, float* acc, const float* vrows,
-                        int64_t dim) {
+inline void fold_scores(float* s, int first, int valid, float& row_max, float& row_sum, float* acc,
+                        const float* vrows, int64_t dim) {
   const int64_t d_len = D > 0 ? D : dim;
   float chunk_max = kMasked;
   for (int j = 0; j < kChunk; ++j) {
-    s[j] = j < valid ? s[j] : kMasked;
+    s[j] = j >= first && j < valid ? s[j] : kMasked;
     chunk_max = std::max(chunk_max, s[j]);
   }
   const float new_max = std::max(row_max, chunk_max);
   const float correction = exp_nonpositive(row_max - new_max);
   float p_sum = 0.0f;
   for (int j = 0; j < kChunk; ++j) {
-    s[j] = j < valid ? exp_nonpositive(s[j] - new_max) : 0.0f;
+    s[j] = j >= first && j < valid ? exp_nonpositive(s[j] - new_max) : 0.0f;
     p_sum += s[j];
   }
   row_sum = row_sum * correction + p_sum;
   row_max = new_max;
   for (int64_t d = 0; d < d_len; ++d) acc[d] *= correction;
-  for (int j = 0; j < valid; ++j) {
+  for (int j = first; j < valid; ++j) {
     const float p = s[j];
     const float* v = vrows + j * d_len;
     for (int64_t d = 0; d < d_len; ++d) acc[d] += p * v[d];
@@ -143,8 +146,11 @@ void generic_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t 
                    int64_t dim) {
   float scores[kChunk];
   for (int64_t r = 0; r < h.rows; ++r) {
-    const int valid = static_cast<int>(std::min<int64_t>(n, h.first_pos + r / h.groups - k0 + 1));
-    if (valid <= 0) continue;
+    const int64_t pos = h.first_pos + r / h.groups;
+    const int valid = static_cast<int>(std::min<int64_t>(n, pos - k0 + 1));
+    // With a window the row sees keys from pos - window + 1 on: those before it in this chunk are masked.
+    const int first = h.window > 0 ? static_cast<int>(std::clamp<int64_t>(pos - h.window + 1 - k0, 0, kChunk)) : 0;
+    if (valid <= first) continue;
     const float* q = h.q + r * dim;
     if (direct) {
       for (int j = 0; j < kChunk; ++j) scores[j] = j < valid ? dot<D>(q, kt + j * dim, dim) : 0.0f;
@@ -156,7 +162,9 @@ void generic_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t 
         for (int j = 0; j < kChunk; ++j) scores[j] += qd * kd[j];
       }
     }
-    fold_scores<D>(scores, valid, h.max[r], h.sum[r], h.acc + r * dim, vr, dim);
+    if (h.softcap > 0.0f)
+      for (int j = first; j < valid; ++j) scores[j] = h.softcap * std::tanh(scores[j] / h.softcap);
+    fold_scores<D>(scores, first, valid, h.max[r], h.sum[r], h.acc + r * dim, vr, dim);
   }
 }
 
@@ -230,13 +238,15 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         float* dst = st.q.data() + ((h * tokens + t) * groups + g) * dim;
         for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
       }
-  // Keys [0, end) cover every row of the tile; token t sees keys [0, context + first_token + t].
+  // Keys [begin, end) cover every row of the tile; token t sees keys [0, context + first_token + t], or with a
+  // window only the last `window` of them (so the first row's window starts the walk).
   const int64_t first_pos = context + item.first_token;
   const int64_t end = first_pos + tokens;
+  const int64_t begin = p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) : 0;
   const bool direct = head_rows <= kDirectMaxRows;
   const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
-  for (int64_t pos = 0; pos < std::min<int64_t>(kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
-  for (int64_t k0 = 0; k0 < end; k0 += kChunk) {
+  for (int64_t pos = begin; pos < std::min<int64_t>(begin + kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
+  for (int64_t k0 = begin; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
     // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
     // so this reads each block front to back. The block table is walked without a division per key.
@@ -268,13 +278,15 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
     for (int64_t h = 0; h < kv_heads; ++h) {
       const int64_t r0 = h * head_rows;
       const HeadRows rows{st.q.data() + r0 * dim, st.acc.data() + r0 * dim, st.max.data() + r0, st.sum.data() + r0,
-                          head_rows, groups, first_pos};
+                          head_rows, groups, first_pos, p.window, p.softcap};
       const float* kt = kbuf.data() + h * head_stride;
       const float* vr = vbuf.data() + h * head_stride;
 #if defined(__AVX512F__)
       if constexpr (D > 0 && D % 16 == 0) {
-        simd_chunk<D>(rows, kt, vr, k0, n, direct);
-        continue;
+        if (!p.limited()) {
+          simd_chunk<D>(rows, kt, vr, k0, n, direct);
+          continue;
+        }
       }
 #endif
       generic_chunk<D>(rows, kt, vr, k0, n, direct, dim);
@@ -327,13 +339,15 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
 #if defined(__AVX512BF16__)
   if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
                 D % 32 == 0) {
-    Cascade<D> cascade(p, p.num_seqs);
-    if (!cascade.work.empty())
-      run_items(cascade.work, [&] {
-        return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
-      });
-    run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); });
-    return;
+    if (!p.limited()) {
+      Cascade<D> cascade(p, p.num_seqs);
+      if (!cascade.work.empty())
+        run_items(cascade.work, [&] {
+          return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
+        });
+      run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); });
+      return;
+    }
   }
 #endif
   run_items(items, [&] {
@@ -384,7 +398,8 @@ void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_c
 
 void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
-               double scale) {
+               double scale, int64_t window, double softcap) {
+  TORCH_CHECK(window >= 0 && softcap >= 0.0, "window and softcap must not be negative (0: none)");
   TORCH_CHECK(query.scalar_type() == out.scalar_type(), "query and out must share a dtype");
   TORCH_CHECK(rows_contiguous(query) && out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
               "out and the caches must be contiguous, and each query token's heads");
@@ -403,7 +418,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     using query_t = std::remove_const_t<std::remove_pointer_t<decltype(q)>>;
     Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
                                 lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
-                                head_dim, static_cast<float>(scale), query.stride(0), lens.numel()};
+                                head_dim, static_cast<float>(scale), query.stride(0), lens.numel(), window,
+                                static_cast<float>(softcap)};
     dispatch_dim<cache_t, query_t>(p, items);
   };
   auto with_query = [&](auto* k, auto* v) {
@@ -425,18 +441,20 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
 // What a layer calls: store the step's new K/V, then attend (one dispatch instead of several per layer).
 void forward(at::Tensor& out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
              at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
-             const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale) {
+             const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale, int64_t window,
+             double softcap) {
   write_slots(key, value, k_cache, v_cache, slot_mapping);
-  attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale);
+  attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale, window, softcap);
 }
 
 }  // namespace
 
 TORCH_LIBRARY(frame_cpu_paged, m) {
   m.def("attention(Tensor(a!) out, Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+        "Tensor query_start_loc, Tensor seq_lens, float scale, int window, float softcap) -> ()");
   m.def("forward(Tensor(a!) out, Tensor query, Tensor key, Tensor value, Tensor(b!) k_cache, Tensor(c!) v_cache, "
-        "Tensor slot_mapping, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+        "Tensor slot_mapping, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale, int window, "
+        "float softcap) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu_paged, CPU, m) {

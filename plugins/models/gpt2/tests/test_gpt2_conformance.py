@@ -1,0 +1,30 @@
+"""The gpt2 family against transformers: learned positions, LayerNorm, GELU, Conv1D weights, per-layer scales."""
+
+from __future__ import annotations
+
+import torch
+from frame.testing.model import ModelFamilySuite
+from transformers import GPT2Config, PretrainedConfig
+
+
+class TestGPT2Family(ModelFamilySuite):
+    plugin_name = "gpt2"
+    surprise_tensor = "transformer.h.0.surprise.weight"
+
+    def gguf_architecture(self, architecture: str) -> str | None:
+        return {"GPT2LMHeadModel": "GPT2"}.get(architecture)
+
+    def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+        """llama.cpp stores GPT-2's Conv1D weights as linear ones."""
+        conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+        return tensor.t() if name.endswith(conv1d) else tensor
+
+    def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
+        sizes = {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128, "vocab_size": 97, "bos_token_id": 1,
+                 "eos_token_id": 2}
+        return GPT2Config(architectures=[architecture], **{**sizes, **overrides})
+
+    def extra_configs(self) -> dict[str, PretrainedConfig]:
+        return {"gpt2-inverse-layer-scale-exact-gelu-untied": self.tiny_config(
+            "GPT2LMHeadModel", scale_attn_by_inverse_layer_idx=True, activation_function="gelu",
+            tie_word_embeddings=False, n_inner=80)}
