@@ -35,8 +35,11 @@ def generate(llm: Any, prompt: list[int], max_tokens: int) -> tuple[list[int], f
     llm.eval(prompt)
     out: list[int] = []
     first = 0.0
+    vocab = llm.n_vocab()
     while len(out) < max_tokens:
-        token = int(np.argmax(llm.eval_logits[-1]))
+        # The last position's logits straight from llama.cpp: without logits_all, llama-cpp-python 0.3 no longer
+        # copies them into ``scores`` (``eval_logits`` would be stale, and it converts every row to a list).
+        token = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(vocab,))))
         if not out:
             first = time.perf_counter() - start
         out.append(token)
