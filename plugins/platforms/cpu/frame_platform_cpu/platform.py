@@ -92,7 +92,8 @@ class CpuPlatform(Platform):
         elif bf16 is not None:
             paths["bfloat16"] = f"{bf16} (torch)"
         for fmt in quantized.served_formats():
-            paths[fmt] = quantized.isa_path()
+            paths[fmt] = quantized.isa_path() + (" (W8A8: x int8 per block of 32; weight-only int8 is dequantised)"
+                                                 if fmt == "int8" else "")
         return paths
 
     def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:

@@ -83,3 +83,43 @@ def test_the_kernel_declines_other_inputs() -> None:
     kernel = quantized.ggml_linear(packed("q8_0", 16, 32), None)
     assert kernel(torch.zeros(2, 3, 32)) is None
     assert kernel(torch.zeros(2, 32, dtype=torch.float64)) is None
+
+
+def _int8(rows: int, inputs: int, activations: str = "dynamic"):
+    from frame.interfaces.quantization import PackedWeight
+
+    class ChannelInt8(PackedWeight):  # the int8 format's contract (FORMATS["int8"]); the plugin's own class is
+        # another wheel, which a platform must not import
+        def __init__(self, tensors: dict[str, torch.Tensor], in_features: int) -> None:
+            super().__init__("int8", tensors, in_features)
+            self.activations = activations
+
+        def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return (self.tensors["q"].float() * self.tensors["scale"]).to(dtype)
+
+        def with_tensors(self, tensors: dict[str, torch.Tensor], in_features: int) -> PackedWeight:
+            return ChannelInt8(tensors, in_features)
+
+    w = torch.randn(rows, inputs, generator=torch.Generator().manual_seed(7)) * 0.05
+    scale = w.abs().amax(1, keepdim=True) / 127
+    return ChannelInt8({"q": torch.round(w / scale).to(torch.int8), "scale": scale}, inputs)
+
+
+@pytest.mark.parametrize("portable", PATHS)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_int8_w8a8_is_the_product_of_int8_rows(rows: int, portable: bool) -> None:
+    weight = _int8(48, 96)
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1))
+    y = quantized.int8_linear(weight, bias, portable=portable)(x)
+    # The row scales go through float16 (2^-11 relative), x is rounded to int8 per block of 32 as for q8_0.
+    scale16 = weight.tensors["scale"].half().double()
+    exact = quantized_inputs(x) @ (weight.tensors["q"].double() * scale16).T + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_only_int8_and_tiny_scales_decline() -> None:
+    assert quantized.int8_linear(_int8(16, 32, activations="none"), None) is None
+    tiny = _int8(16, 32)
+    tiny.tensors["scale"] = tiny.tensors["scale"] * 1e-4  # below float16's normal range
+    assert quantized.int8_linear(tiny, None) is None
