@@ -27,7 +27,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define FRAME_GGML_AVX2 1
 #endif
@@ -126,6 +126,13 @@ void row_portable(int64_t format, const uint8_t* w, int64_t nb, const QuantizedR
 }
 
 #if FRAME_GGML_AVX2
+// A block's float16 scale with F16C (c10::Half converts in software, per block and per row of x).
+inline float half_at_f16c(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return _cvtsh_ss(bits);
+}
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -159,7 +166,8 @@ void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0,
   const float* sx = xq.s.data() + r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * bb;
-    const float dw = half_at(blk);
+    const float dw = half_at_f16c(blk);
+    const float mw = Format == kQ4_1 ? half_at_f16c(blk + 2) : (Format == kQ4_0 ? -8.f * dw : 0.f);
     __m256i wq;
     if constexpr (Format == kQ8_0) {
       wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
@@ -173,8 +181,7 @@ void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0,
       if constexpr (Format == kQ8_0) xb = _mm256_sign_epi8(xb, wq);  // the weight's sign moves onto x
       const __m256 dot = _mm256_cvtepi32_ps(dot_u8s8(wabs, xb));
       acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[r * nb + b]), acc[r]);
-      if constexpr (Format == kQ4_1) corr[r] += half_at(blk + 2) * sx[r * nb + b];
-      if constexpr (Format == kQ4_0) corr[r] -= 8.f * dw * sx[r * nb + b];
+      if constexpr (Format != kQ8_0) corr[r] += mw * sx[r * nb + b];  // q4_1: m s_x; q4_0: -8 d_w s_x
     }
   }
   for (int r = 0; r < R; ++r) dots[r] = hsum(acc[r]) + corr[r];
