@@ -167,14 +167,19 @@ class CpuMeter:
 
 
 class VllmProcess:
-    """vLLM's driver in its own interpreter; ``run()`` times one round of every prompt."""
+    """vLLM's driver in its own interpreter; ``run()`` times one round of every prompt. ``driver`` names another
+    driver speaking the same line protocol (``compare_llamacpp.py`` runs llama.cpp's through this class)."""
 
-    def __init__(self, python: str, spec_path: Path, env: dict[str, str], show_log: bool = False) -> None:
+    system = "vLLM"
+
+    def __init__(self, python: str, spec_path: Path, env: dict[str, str], show_log: bool = False,
+                 driver: Path = DRIVER) -> None:
         self.show_log = show_log
-        self.proc = subprocess.Popen([python, str(DRIVER), str(spec_path)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([python, str(driver), str(spec_path)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
-        if self._read("READY") is None:
-            raise RuntimeError(f"vLLM did not start (exit {self.proc.wait()}); its error is printed above")
+        self.version = self._read("READY")
+        if self.version is None:
+            raise RuntimeError(f"{self.system} did not start (exit {self.proc.wait()}); its error is printed above")
 
     def _read(self, tag: str) -> str | None:
         assert self.proc.stdout is not None
@@ -185,14 +190,18 @@ class VllmProcess:
                 sys.stderr.write(line)
         return None
 
-    def run(self) -> dict[str, Any]:
+    def ask(self, command: str, tag: str) -> dict[str, Any]:
+        """Send ``command`` and return the JSON of the driver's ``tag`` line."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write("run\n")
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        line = self._read("RESULT")
+        line = self._read(tag)
         if line is None:
-            raise RuntimeError(f"vLLM stopped (exit {self.proc.wait()})")
-        result: dict[str, Any] = json.loads(line)
+            raise RuntimeError(f"{self.system} stopped (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def run(self) -> dict[str, Any]:
+        result = self.ask("run", "RESULT")
         result["peak_rss_mib"] = peak_rss_mib(self.proc.pid)  # read while vLLM's engine processes are alive
         return result
 

@@ -46,7 +46,7 @@ def hf_reference(smol_source):
 
 
 def _cpu_computes_bfloat16() -> bool:
-    """Whether the cpu platform offers bfloat16 on this machine (not on x86 CPUs without AVX-512, for one)."""
+    """Whether the cpu platform offers bfloat16 on this machine (x86 with AVX2 or AVX-512, Arm; not older x86)."""
     import torch
     from frame.plugins.hooks import PluginHooks
     from frame.plugins.registry import PluginRegistry
@@ -58,6 +58,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``needs_bfloat16`` skip, saying why, on CPUs where the cpu platform offers no bfloat16."""
     marked = [item for item in items if item.get_closest_marker("needs_bfloat16")]
     if marked and not _cpu_computes_bfloat16():
-        skip = pytest.mark.skip(reason="the cpu platform offers no bfloat16 on this CPU (no AVX-512 or Arm BF16)")
+        skip = pytest.mark.skip(reason="the cpu platform offers no bfloat16 on this CPU (neither AVX2 nor Arm)")
         for item in marked:
             item.add_marker(skip)

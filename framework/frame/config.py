@@ -77,6 +77,11 @@ class EngineConfig(BaseModel):
         None, ge=0, description="cores an engine in its own process (frame serve) leaves to the API server: its "
         "affinity excludes them, so its compute threads never contend with the server's event loop; default: 1 on "
         "hosts with more than one usable core (as vLLM's CPU backend reserves one), 0 otherwise")
+    quantization: str | None = Field(
+        None, description="quantization plugin that keeps the linear weights quantized (gguf: a GGUF's blocks kept "
+        "packed; int8: per output channel); default: the checkpoint's quantization_config, else dense weights")
+    quantization_options: dict[str, Any] = Field(default_factory=dict, description="options of the quantization "
+                                                 "plugin")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
@@ -100,7 +105,8 @@ class EngineConfig(BaseModel):
 #: The per-kind option sections of EngineConfig, by plugin kind.
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
                    "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options",
-                   "router": "router_options", "model": "model_options"}
+                   "router": "router_options", "model": "model_options",
+                   "quantization": "quantization_options"}
 #: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
 SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
                        "options": "speculative_options",

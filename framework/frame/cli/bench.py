@@ -63,6 +63,33 @@ def _serve_missing(args: argparse.Namespace) -> int:
                           "missing); reinstall frame or use `frame bench throughput`.")
 
 
+def _add_perplexity(sub: Any) -> None:
+    help_text = "perplexity on a fixed public-domain text: dense dtypes and quantizations side by side"
+    parser = sub.add_parser("perplexity", help=help_text, description=help_text)
+    parser.add_argument("--variant", action="append", default=None, metavar="DTYPE[+QUANTIZATION]",
+                        help="one system to score, e.g. float32, bfloat16, float32+gguf, float32+int8 (repeatable; "
+                        "default: float32, bfloat16 where the platform has it, and float32 with every installed "
+                        "quantization that serves the model)")
+    parser.add_argument("--n-ctx", type=int, default=512, help="tokens per chunk; the second half is scored")
+    parser.add_argument("--chunks", type=int, default=None, help="score only the first N chunks (default: all)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
+    add_engine_flags(parser)
+    parser.set_defaults(bench=_run_perplexity)
+
+
+def _run_perplexity(args: argparse.Namespace) -> int:
+    from frame.bench.perplexity import render, run_variants
+
+    console = Console(width=None if Console().is_terminal else 160)
+    results = run_variants(config_from_args(args), args.variant, args.n_ctx, console, args.chunks)
+    render(results, console)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([r.as_json() for r in results], indent=2))
+        console.print(f"results written to {args.json}")
+    return 0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", dest="experiment", default=None,
                         help="run the experiment described by this YAML file (see docs/experiments.md)")
@@ -70,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command")
     _add_compare(sub, "throughput", "mixed_batch", "offline throughput: frame vs transformers on one batch")
     _add_compare(sub, "latency", "single_stream", "single-request latency: frame vs transformers")
+    _add_perplexity(sub)
     _add_serve(sub)
 
 
@@ -79,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.experiment:
         return _run_experiment(args)
     raise FrameUsageError("Say what to run: `frame bench --config experiments/NAME.yaml`, or one of "
-                          "`frame bench throughput|latency|serve`.")
+                          "`frame bench throughput|latency|perplexity|serve`.")
 
 
 def _run_compare(args: argparse.Namespace) -> int:

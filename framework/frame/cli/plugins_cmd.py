@@ -42,7 +42,14 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
     hooks.registry.load(kind, name)
     if kind == "platform":
         why = hooks.platform_check(name)
-        return why is None, why or f"priority {hooks.platform_priority(name)}"
+        if why is not None:
+            return False, why
+        notes = f"priority {hooks.platform_priority(name)}"
+        if platform is not None and platform.name == name:
+            paths = ", ".join(f"{k}: {v}" for k, v in platform.kernel_paths().items())
+            notes += f"; {platform.describe()}; auto dtype {str(platform.default_dtype).removeprefix('torch.')}" + (
+                f"; {paths}" if paths else "")
+        return True, notes
     if kind == "attention":
         supported = hooks.attention_platforms(name)
         if platform is None:
@@ -57,6 +64,11 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
             return True, (f"fallback: builds any of {len(architectures)} architectures when no other family lists "
                           "it")
         return True, ", ".join(architectures)
+    if kind == "quantization":
+        formats = hooks.create_quantization(name, None).formats
+        paths = platform.kernel_paths() if platform is not None else {}
+        where = platform.name if platform is not None else "no platform"
+        return True, "; ".join(f"{f}: {paths.get(f, 'dequantised reference')} on {where}" for f in formats)
     return True, ""
 
 

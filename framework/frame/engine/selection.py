@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import BaseModel
@@ -15,9 +16,13 @@ from pydantic import BaseModel
 from frame.config import OPTION_SECTIONS, EngineConfig, resolve_plugin_options
 from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
 from frame.interfaces.platform import Platform
+from frame.interfaces.quantization import QuantizationMethod
 from frame.plugins.hooks import PluginHooks
 
 log = logging.getLogger("frame.selection")
+
+if TYPE_CHECKING:  # transformers is heavy: the source is opened only once the choices are checked
+    from frame.model_source import ModelSource
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -144,6 +149,47 @@ def select_model_family(hooks: PluginHooks, architecture: str) -> str:
     )
 
 
+def declared_quantization(hf_config: object) -> str | None:
+    """The ``quant_method`` a checkpoint's config.json declares in ``quantization_config`` (None: none)."""
+    declared = getattr(hf_config, "quantization_config", None)
+    if declared is None:
+        return None
+    method = declared.get("quant_method") if isinstance(declared, dict) else getattr(declared, "quant_method", None)
+    return str(getattr(method, "value", method)) if method else "an unnamed method"
+
+
+def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelSource) -> QuantizationMethod | None:
+    """The quantization method of this run: ``--quantization``, else the one the checkpoint's
+    ``quantization_config`` names; None for dense weights. A declared method no installed plugin provides, a
+    flag that contradicts the checkpoint, or a method that cannot serve the checkpoint is one sentence."""
+    wanted, declared = config.quantization, declared_quantization(source.hf_config)
+    installed = hooks.registry.names("quantization")
+    if declared is not None:
+        if declared not in installed:
+            raise ConfigError(
+                f"The checkpoint's config.json names quantization method '{declared}' (quantization_config), which "
+                f"no installed quantization plugin provides; installed: {', '.join(installed) or 'none'}.",
+                param="quantization")
+        if wanted is not None and wanted != declared:
+            raise ConfigError(
+                f"The checkpoint is quantized with '{declared}' (quantization_config in its config.json), which "
+                f"--quantization {wanted} cannot read; drop the flag or pass --quantization {declared}.",
+                param="quantization")
+        wanted = declared
+    if wanted is None:
+        if config.quantization_options:
+            raise ConfigError("quantization_options were given without quantization; name the method "
+                              "(--quantization int8).", param="quantization_options")
+        return None
+    hooks.registry.load("quantization", wanted)
+    method = hooks.create_quantization(wanted, _options(hooks, config, "quantization", wanted))
+    reason = method.check(source.path, source.hf_config)
+    if reason is not None:
+        raise ConfigError(f"--quantization {wanted} cannot serve {source.path.name}: {reason.rstrip('.')}.",
+                          param="quantization")
+    return method
+
+
 def model_options(hooks: PluginHooks, config: EngineConfig, family: str) -> BaseModel | None:
     """The family's options from ``model_options`` (``--model-opt``), validated against its options model."""
     return _options(hooks, config, "model", family)
@@ -161,5 +207,6 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     hooks = hooks or PluginHooks(PluginRegistry())
     selection = select(config, hooks)
     source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+    select_quantization(hooks, config, source)
     model_options(hooks, config, select_model_family(hooks, source.architecture))
     return selection

@@ -18,11 +18,11 @@ from frame.drafting import DraftModel
 from frame.engine.attention_layers import create_layer_attention, family_specs
 from frame.engine.plan import RunnerOutput, SchedulerOutput
 from frame.engine.runner import ModelRunner
-from frame.engine.selection import Selection, model_options, select, select_model_family
+from frame.engine.selection import Selection, model_options, select, select_model_family, select_quantization
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import Proposer, ProposerContext
-from frame.layers import attach_platform_kernels
+from frame.layers import attach_platform_kernels, finish_loading, weight_bytes
 from frame.model_source import ModelSource
 from frame.parallel import ParallelContext, parallel_context, set_parallel_context
 from frame.plugins.hooks import PluginHooks
@@ -54,6 +54,7 @@ class Worker:
         self.selection: Selection = selection or select(config, self.hooks)
         self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
         self.family = select_model_family(self.hooks, self.source.architecture)
+        self.quantization = select_quantization(self.hooks, config, self.source)
         self.max_model_len = max_model_len
         self.selection.platform.set_up()
         model, attention = self.load_model()
@@ -85,7 +86,12 @@ class Worker:
         try:
             model = self.hooks.create_model(self.family, hf, sel.dtype, sel.platform.device, attention, layers,
                                             options)
-            model.load_weights(open_weights(self.source.path))
+            method = self.quantization
+            packed_source = method.open_weights(self.source.path) if method is not None else None
+            model.load_weights(packed_source or open_weights(self.source.path))
+            packed = finish_loading(model, method)
+            if method is not None:
+                log.info("%s: %d linear weights kept quantized", method.name, packed)
         finally:
             # The layers keep the context they were built with; the process-wide one goes back for the next
             # worker built in this process (tests build several).
@@ -114,7 +120,7 @@ class Worker:
     def available_kv_blocks(self) -> int:
         """KV blocks the platform's memory budget leaves for this rank's pool after the weights."""
         model = self.runner.model
-        model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        model_bytes = weight_bytes(model)
         budget = self.selection.platform.kv_cache_budget_bytes(self.config.kv_cache_fraction, model_bytes)
         return int(budget // self.runner.bytes_per_block)
 

@@ -82,9 +82,18 @@ class Platform(ABC):
         Called once per such layer (``Linear``, ``SwiGLUProjection``, ``RMSNorm``, ``SiluAndMul``, ``RotateHalves``)
         after the weights load. The kernel takes the layer's ``forward`` arguments and returns its result up to
         rounding, or None for a call it does not handle (another dtype or shape), which then runs the layer's torch
-        reference. It may keep state made once, such as a prepacked copy of the weight.
+        reference. It may keep state made once, such as a prepacked copy of the weight. A linear whose weight a
+        quantization plugin keeps packed (``frame.layers.packed_weight(layer)`` is not None) wants the kernel of
+        its format (``frame.interfaces.quantization.FORMATS``); without one, the layer multiplies by the
+        dequantised weight.
         """
         return None
+
+    def kernel_paths(self) -> dict[str, str]:
+        """Which code serves each dtype and packed format here, for ``frame plugins``: ``{"float32": "avx2 packed",
+        "q4_1": "avx2", ...}``; a dtype or format missing from it runs torch's code (or, packed, the dequantised
+        reference). Since API 2."""
+        return {}
 
 
 def rank_device_index(first: int, rank: int, visible: int, what: str = "device") -> int:

@@ -14,7 +14,8 @@ own kernels, their tensor-parallel forms, and the blocks made of them.
 - :mod:`frame.layers.decoder`: :class:`DecoderLM`, the part of a decoder-only ``CausalLM`` every family shares,
   and the layer shapes :class:`PreNormDecoderLayer` (Llama's) and :class:`SandwichDecoderLayer` (Gemma 2's).
 
-After loading, :func:`attach_platform_kernels` asks the platform for a faster kernel per :class:`KernelLayer`.
+Weights a quantization plugin keeps packed reach the same layers (:mod:`frame.layers.quantized`). After
+loading, :func:`attach_platform_kernels` asks the platform for a faster kernel per :class:`KernelLayer`.
 """
 
 from frame.layers.activation import ActAndMul, activation
@@ -46,6 +47,7 @@ from frame.layers.parallel import (
     VocabParallelEmbedding,
     local_heads,
 )
+from frame.layers.quantized import finish_loading, packed_weight, weight_bytes
 from frame.layers.rotary import RotaryEmbedding, rope_parameters
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "OutputPart", "ParallelLMHead", "PreNormDecoderLayer", "QKVParallelLinear", "RMSNorm", "RotaryEmbedding",
     "RotateHalves", "Router", "RowParallelLinear", "SandwichDecoderLayer", "SelfAttention", "SiluAndMul",
     "SwiGLUProjection", "UpcastRMSNorm", "VocabParallelEmbedding", "activation", "attach_platform_kernels",
-    "check_common", "copy_checked", "empty_parameter", "head_layout", "kv_cache_layout", "kv_cache_spec",
-    "layer_backends", "layer_windows", "local_heads", "rope_parameters", "unsupported",
+    "check_common", "copy_checked", "empty_parameter", "finish_loading", "head_layout", "kv_cache_layout",
+    "kv_cache_spec", "layer_backends", "layer_windows", "local_heads", "packed_weight", "rope_parameters",
+    "unsupported", "weight_bytes",
 ]

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from frame.interfaces.platform import Platform
+from frame.interfaces.quantization import PackedWeight
+from frame.layers.quantized import packed_weight, store_rows, with_reference
 
 #: A platform's replacement for a layer's computation: same arguments as the layer's ``forward``, same result up
 #: to rounding, or None to decline this call (then the layer's torch reference runs).
@@ -31,9 +33,13 @@ def empty_parameter(*shape: int, device: torch.device, dtype: torch.dtype) -> nn
 
 
 def copy_checked(param: torch.Tensor | None, tensor: torch.Tensor, what: str) -> None:
-    """``param.copy_(tensor)`` after checking the shapes agree (ValueError naming both otherwise)."""
+    """``param.copy_(tensor)`` after checking the shapes agree (ValueError naming both otherwise); a packed
+    ``tensor`` is kept packed for :func:`~frame.layers.quantized.finish_loading`."""
     if param is None:
         raise ValueError(f"the checkpoint has a {what} that this layer does not have")
+    if isinstance(tensor, PackedWeight):
+        store_rows(param, 0, tensor, what)
+        return
     if tuple(param.shape) != tuple(tensor.shape):
         raise ValueError(f"a checkpoint {what} of shape {tuple(tensor.shape)} does not fit {tuple(param.shape)}")
     param.data.copy_(tensor)
@@ -60,7 +66,11 @@ class Linear(KernelLayer):
             out = self.kernel(x)
             if out is not None:
                 return out
-        return F.linear(x, self.weight, self.bias)
+        return self.dense_forward(x, self.weight)
+
+    def dense_forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The layer's torch computation over ``weight`` (its own, or a packed one dequantised)."""
+        return F.linear(x, weight, self.bias)
 
     def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
         """Copy a checkpoint tensor into ``weight`` or ``bias`` (``kind``); ValueError for a wrong shape."""
@@ -161,4 +171,6 @@ def attach_platform_kernels(model: nn.Module, platform: Platform) -> int:
         if isinstance(module, KernelLayer):
             module.kernel = platform.layer_kernel(module)
             attached += module.kernel is not None
+            if packed_weight(module) is not None:
+                module.kernel = with_reference(module, module.kernel)
     return attached

@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frame.interfaces.quantization import PackedWeight
 from frame.layers.basic import KernelLayer, Linear, SiluAndMul, copy_checked, empty_parameter
+from frame.layers.quantized import store_rows
 from frame.parallel import HeadPartition, parallel_context
 
 
@@ -72,7 +74,11 @@ class ColumnParallelLinear(Linear):
         dest = getattr(self, kind)
         if dest is None:
             raise ValueError(f"the checkpoint has a {kind} that this layer does not have")
-        copy_checked(dest.data[spec.offset : spec.offset + spec.size], tensor.narrow(0, spec.start, spec.size), kind)
+        rows = tensor.narrow(0, spec.start, spec.size)
+        if isinstance(rows, PackedWeight):
+            store_rows(dest, spec.offset, rows, kind)
+            return
+        copy_checked(dest.data[spec.offset : spec.offset + spec.size], rows, kind)
 
     def load_parts(self) -> list[str | None]:
         return list(self.parts)
@@ -148,7 +154,10 @@ class SwiGLUProjection(ColumnParallelLinear):
             out = self.kernel(x)
             if out is not None:
                 return out
-        return SiluAndMul.reference(F.linear(x, self.weight, self.bias))
+        return self.dense_forward(x, self.weight)
+
+    def dense_forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return SiluAndMul.reference(F.linear(x, weight, self.bias))
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from frame.plugin_templates.bookkeeping import CACHE, PROPOSER, SCHEDULER
 from frame.plugin_templates.host import GRAMMAR, TOOL_PARSER
 from frame.plugin_templates.kind import KindTemplate
+from frame.plugin_templates.quantization import QUANTIZATION
 from frame.plugin_templates.routing import ROUTER
 from frame.plugin_templates.tensors import ATTENTION, MODEL, PLATFORM
 
@@ -26,7 +27,8 @@ TEMPLATES: dict[str, KindTemplate] = {
     "grammar": GRAMMAR,
     "tool_parser": TOOL_PARSER,
     "router": ROUTER,
+    "quantization": QUANTIZATION,
 }
 
-__all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "ROUTER", "SCHEDULER", "TEMPLATES",
-           "TOOL_PARSER", "KindTemplate"]
+__all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "QUANTIZATION", "ROUTER", "SCHEDULER",
+           "TEMPLATES", "TOOL_PARSER", "KindTemplate"]

@@ -35,6 +35,7 @@ from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
+from frame.interfaces.quantization import QuantizationMethod
 from frame.interfaces.router import Router
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.interfaces.tool_parser import ToolParser
@@ -156,6 +157,12 @@ class PluginHooks:
     def create_router(self, name: str, num_ranks: int, block_size: int, options: BaseModel | None) -> Router:
         return self._call("router", name, "frame_router_create", num_ranks=num_ranks, block_size=block_size,
                           options=options)
+
+    # -- quantization -----------------------------------------------------------------------------------
+    def create_quantization(self, name: str, options: BaseModel | None) -> QuantizationMethod:
+        method = self._call("quantization", name, "frame_quantization_create", options=options)
+        method.name = name
+        return method
 
     # -- model ------------------------------------------------------------------------------------------
     def model_architectures(self, name: str) -> list[str]:

@@ -14,6 +14,7 @@ from frame.hookspecs import (
     model,
     platform,
     proposer,
+    quantization,
     router,
     scheduler,
     tool_parser,
@@ -67,6 +68,8 @@ KINDS: dict[str, PluginKind] = {
         PluginKind("tool_parser", "tool-parser", "frame.tool_parsers", "tool parsers", tool_parser,
                    "frame_tool_parser_create"),
         PluginKind("router", "router", "frame.routers", "routers", router, "frame_router_create"),
+        PluginKind("quantization", "quantization", "frame.quantization", "quantization methods", quantization,
+                   "frame_quantization_create"),
     )
 }
 

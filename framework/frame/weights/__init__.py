@@ -11,6 +11,7 @@ from pathlib import Path
 
 from frame.interfaces.model import WeightSource
 from frame.weights.cache import open_gguf
+from frame.weights.ggml import GGMLWeight
 from frame.weights.gguf import GGUFWeights
 from frame.weights.safetensors import SafetensorsWeights
 
@@ -25,4 +26,4 @@ def open_weights(path: str | Path) -> WeightSource:
     raise ValueError(f"{path} is neither a .gguf file nor a folder of *.safetensors files")
 
 
-__all__ = ["GGUFWeights", "SafetensorsWeights", "open_weights"]
+__all__ = ["GGMLWeight", "GGUFWeights", "SafetensorsWeights", "open_weights"]

@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from frame.interfaces.model import WeightSource
@@ -34,14 +34,19 @@ class GGUFWeights(WeightSource):
     def __len__(self) -> int:
         return len(self.reader.tensors)
 
+    @staticmethod
+    def dense(tensor: ReaderTensor) -> torch.Tensor:
+        """One of the reader's tensors as float32, shaped as torch expects (dequantised when it is quantized)."""
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        if tensor.tensor_type in _UNQUANTISED and tensor.tensor_type != GGMLQuantizationType.BF16:
+            array = np.array(tensor.data, dtype=np.float32)  # a copy: the reader's memmap is read-only
+        else:
+            array = dequantize(tensor.data, tensor.tensor_type)
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32).reshape(shape))
+
     def _read(self) -> Iterator[tuple[str, torch.Tensor]]:
         for tensor in self.reader.tensors:
-            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
-            if tensor.tensor_type in _UNQUANTISED and tensor.tensor_type != GGMLQuantizationType.BF16:
-                array = np.array(tensor.data, dtype=np.float32)  # a copy: the reader's memmap is read-only
-            else:
-                array = dequantize(tensor.data, tensor.tensor_type)
-            yield tensor.name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32).reshape(shape))
+            yield tensor.name, self.dense(tensor)
 
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(llama_cpp_name, float32 tensor)`` in file order, shaped as torch expects."""

@@ -31,9 +31,10 @@ def name_map(args: LlamaArgs, gguf: bool) -> NameMap:
 
 def unpermute_rows(tensor: torch.Tensor, heads: int) -> torch.Tensor:
     """Undo llama.cpp's per-head interleaving of Q/K rows (``[a0, b0, a1, b1, ...]`` back to ``[a..., b...]``)."""
-    half = tensor.shape[0] // heads // 2
-    rest = tensor.shape[1:]
-    return tensor.reshape(heads, half, 2, *rest).transpose(1, 2).reshape(tensor.shape)
+    rows = tensor.shape[0]
+    # As a row order, so that a quantization plugin's packed weight (rows of blocks) is reordered the same way.
+    order = torch.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(1, 2).reshape(rows)
+    return tensor[order]
 
 
 def gguf_heads_to_unpermute(name: str, args: LlamaArgs) -> int | None:

@@ -89,26 +89,33 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def pack_weight_f32(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` [out, in] float32 in ``packed_linear_f32``'s layout: panels of 16 output columns, each holding the
-    16 columns' weights side by side for every input feature, [out / 16][in][16], flattened."""
+    """``weight`` [out, in] (float32, or bfloat16 kept as it is) in ``packed_linear_f32``'s layout: panels of 16
+    output columns, each holding the 16 columns' weights side by side for every input feature, [out / 16][in][16],
+    flattened."""
     out_features, in_features = weight.shape
-    return weight.float().reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous().reshape(-1)
+    if weight.dtype != torch.bfloat16:
+        weight = weight.float()
+    return weight.reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous().reshape(-1)
 
 
 def float32_linear(weight: torch.Tensor, bias: torch.Tensor | None):
-    """``F.linear`` over a float32 ``weight`` for 2-D float32 inputs, on CPUs with AVX2 and FMA: the native
-    ``packed_linear_f32`` on a weight packed once. It beat MKL's float32 GEMM at every row count measured on a
-    Zen 3 core (1.2x at one row, 3x at 2-8 rows, where speculative decoding verifies its drafts, 1.1-1.5x at 64).
-    None where it does not apply (no AVX2, ``out`` not a multiple of 16), which keeps torch's path."""
+    """``F.linear`` over a float32 or bfloat16 ``weight`` for 2-D inputs on CPUs with AVX2 and FMA, computed in
+    float32: the native ``packed_linear_f32`` on a weight packed once. For float32 it beat MKL's float32 GEMM at
+    every row count measured on a Zen 3 core (1.2x at one row, 3x at 2-8 rows, where speculative decoding
+    verifies its drafts, 1.1-1.5x at 64). For bfloat16 (storage only: no bfloat16 dot product on such CPUs) it
+    widens each weight in registers and rounds the result once, as torch's bfloat16 matmul does; x may be
+    float32 or bfloat16 then. None where it does not apply (no AVX2, ``out`` not a multiple of 16), which keeps
+    torch's path."""
     load()
     out_features = weight.shape[0]
-    if not probe.has_avx2_fma() or out_features % 16 or weight.dtype != torch.float32:
+    if not probe.has_avx2_fma() or out_features % 16 or weight.dtype not in (torch.float32, torch.bfloat16):
         return None
     op, packed = torch.ops.frame_cpu.packed_linear_f32.default, pack_weight_f32(weight)
     float_bias = None if bias is None else bias.float().contiguous()
+    inputs = (torch.float32, weight.dtype)
 
     def native_linear(x: torch.Tensor) -> torch.Tensor | None:
-        if x.dtype != torch.float32 or x.dim() != 2:
+        if x.dtype not in inputs or x.dim() != 2:
             return None
         return op(x, packed, float_bias, out_features)
 
@@ -116,18 +123,25 @@ def float32_linear(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def float32_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
-    """SwiGLU's ``silu(gate) * up`` of ``[gate | up] = x W^T + b`` for float32 rows: the packed float32 matmul,
-    then torch's activation; None where the packed matmul does not apply."""
+    """SwiGLU's ``silu(gate) * up`` of ``[gate | up] = x W^T + b`` with the packed float32-compute matmul, then
+    the activation; None where the matmul does not apply."""
     linear = float32_linear(weight, bias)
-    if linear is None:
-        return None
+    return None if linear is None else gated(linear)
+
+
+def gated(linear):
+    """A ``[gate | up]`` product kernel followed by SwiGLU's activation (torch's for float32, the fused native
+    one for bfloat16); declines whenever ``linear`` does."""
+    act = fused_silu_and_mul()
 
     def swiglu(x: torch.Tensor) -> torch.Tensor | None:
         product = linear(x)
         if product is None:
             return None
+        if product.dtype == torch.bfloat16:
+            return act(product)
         gate, up = product.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return F.silu(gate).mul_(up)
 
     return swiglu
 

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection
+from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import kernels, probe
+from frame_platform_cpu import kernels, probe, quantized
 
 _GIB = 1 << 30
 
@@ -59,7 +59,9 @@ class CpuPlatform(Platform):
 
     @property
     def supported_dtypes(self) -> Sequence[torch.dtype]:
-        return (torch.float32, torch.bfloat16) if probe.has_bf16() else (torch.float32,)
+        """float32 always; bfloat16 where the CPU computes it (AVX-512 BF16, AMX, Arm BF16) or stores it and
+        computes in float32 with vector instructions of its own (AVX2 and FMA, AVX-512, Arm NEON)."""
+        return (torch.float32, torch.bfloat16) if probe.bf16_path() is not None else (torch.float32,)
 
     @property
     def default_dtype(self) -> torch.dtype:
@@ -74,6 +76,25 @@ class CpuPlatform(Platform):
         elif probe.has_bf16():
             features.append("BF16")
         return f"CPU ({self.threads} threads, {', '.join(features)})"
+
+    def kernel_paths(self) -> dict[str, str]:
+        """The ISA path of each dtype's linears and of each packed format's kernel on this CPU."""
+        if not self.options.native_kernels or kernels.unavailable_reason() is not None:
+            return {}
+        paths: dict[str, str] = {}
+        if probe.has_avx2_fma():
+            paths["float32"] = "avx2 packed linear"
+        bf16 = probe.bf16_path()
+        if bf16 == "avx512_bf16":
+            paths["bfloat16"] = "avx512_bf16 packed linear"
+        elif bf16 == "avx2":
+            paths["bfloat16"] = "avx2 packed linear (bfloat16 storage, float32 arithmetic)"
+        elif bf16 is not None:
+            paths["bfloat16"] = f"{bf16} (torch)"
+        for fmt in quantized.served_formats():
+            paths[fmt] = quantized.isa_path() + (" (W8A8: x int8 per block of 32; weight-only int8 is dequantised)"
+                                                 if fmt == "int8" else "")
+        return paths
 
     def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
         """The smaller of ``kv_cache_gib`` and ``memory_fraction`` of RAM less the weights."""
@@ -96,31 +117,46 @@ class CpuPlatform(Platform):
         return sorted(installed)[0]
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
-        """float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel (norms and rotary keep torch's code).
-        bfloat16 models on CPUs with AVX-512 BF16: linears (the native kernel on weights packed once; oneDNN for
-        shapes it does not take), SwiGLU's projection with the activation in its epilogue, the fused residual-add
-        norm, SwiGLU activation and rotary."""
+        """Linears whose weight a quantization plugin keeps packed: the format's kernel (``quantized.py``).
+        float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel (norms and rotary keep torch's code).
+        bfloat16 models: linears on weights packed once (AVX-512 BF16 dot products where the CPU has them, else
+        float32 arithmetic on bfloat16 weights with AVX2, else oneDNN), SwiGLU's projection with the activation
+        in the matmul's epilogue (or right after it), the fused residual-add norm, SwiGLU activation and rotary."""
         if not self.options.native_kernels or kernels.unavailable_reason() is not None:
             return None
+        packed = packed_weight(layer)
+        if packed is not None:  # a quantization plugin's format: ggml blocks in place
+            return quantized.packed_layer_kernel(layer, packed, gated=isinstance(layer, SwiGLUProjection))
         weight = getattr(layer, "weight", None)
         if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32:
             return self._float32_kernel(layer)
-        if not probe.has_bf16():
+        if probe.bf16_path() is None:
             return None
-        if isinstance(layer, SwiGLUProjection):  # before Linear: it is one, with the activation on top
-            if layer.weight.dtype != torch.bfloat16:
-                return None
-            return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
-        if isinstance(layer, Linear):
-            if layer.weight.dtype != torch.bfloat16 or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-                return None
-            return kernels.bfloat16_linear(layer.weight, layer.bias)
+        if isinstance(layer, Linear):  # SwiGLUProjection too
+            return self._bfloat16_linear(layer) if layer.weight.dtype == torch.bfloat16 else None
         if isinstance(layer, RMSNorm):
             return kernels.fused_add_rms_norm(layer.weight, layer.eps) if layer.weight.dtype == torch.bfloat16 else None
         if isinstance(layer, SiluAndMul):
             return kernels.fused_silu_and_mul()
         if isinstance(layer, RotateHalves):
             return kernels.fused_rotate_halves()
+        return None
+
+    @staticmethod
+    def _bfloat16_linear(layer: Linear) -> Callable[..., Any] | None:
+        """A bfloat16 linear (or SwiGLU projection) on this CPU's bfloat16 path (``probe.bf16_path``)."""
+        gated = isinstance(layer, SwiGLUProjection)
+        path = probe.bf16_path()
+        if path == "avx512_bf16":
+            if gated:
+                return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
+            return kernels.bfloat16_linear(layer.weight, layer.bias)
+        if path == "avx2":  # storage only: float32 arithmetic on the bfloat16 weights
+            if gated:
+                return kernels.float32_swiglu_projection(layer.weight, layer.bias)
+            return kernels.float32_linear(layer.weight, layer.bias)
+        if not gated and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return kernels.bfloat16_linear(layer.weight, layer.bias)  # oneDNN on prepacked weights
         return None
 
     @staticmethod

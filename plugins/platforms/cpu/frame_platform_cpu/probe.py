@@ -45,6 +45,23 @@ def has_avx2_fma() -> bool:
     return {"avx2", "fma"} <= cpu_flags()
 
 
+def bf16_path() -> str | None:
+    """How bfloat16 runs here: ``avx512_bf16`` (native dot products: the packed bfloat16 kernels), ``avx2``
+    (bfloat16 storage, float32 arithmetic: AVX2 and FMA, which AVX-512 CPUs without BF16 have too), ``native``
+    (Arm BF16, AMX without AVX-512 BF16: torch's own bfloat16 code), ``neon`` (Arm without BF16: storage only,
+    torch's code), or None where bfloat16 would only be emulated slowly."""
+    flags = cpu_flags()
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    if flags & _BF16_FLAGS:
+        return "native"
+    if "asimd" in flags:
+        return "neon"
+    return None
+
+
 def has_amx() -> bool:
     """True when the CPU has AMX tiles for bfloat16, where bfloat16 matmuls clearly beat float32."""
     return "amx_bf16" in cpu_flags()

@@ -12,8 +12,8 @@ from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
 needs_avx512_bf16 = pytest.mark.skipif(not probe.has_avx512_bf16(), reason="the packed kernels need AVX-512 BF16")
-# Without AVX-512 BF16 the bfloat16 linear is oneDNN's, which needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on
-# CPUs with neither (AVX2 only) the platform offers no bfloat16 at all, so that path never runs there.
+# Without AVX-512 BF16 and AVX2 the bfloat16 linear is oneDNN's, which needs AVX-512 (BW, VL, DQ) or
+# AVX-NE-CONVERT; CPUs with AVX2 store bfloat16 and compute in float32 instead (test_bfloat16_storage.py).
 needs_bf16_linear = pytest.mark.skipif(
     not probe.has_avx512_bf16() and not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
     reason="this CPU has no bfloat16 linear (neither AVX-512 BF16 nor oneDNN's bfloat16 path)",

@@ -1,5 +1,7 @@
-// y = x W^T (+ b) for float32 x and a float32 weight packed once into 16-column panels, with AVX2 FMA: every
-// float32 linear of the model on x86 CPUs without AVX-512 BF16 (AVX2-only parts such as AMD Zen 2/3).
+// y = x W^T (+ b) for a float32 or bfloat16 weight packed once into 16-column panels, with AVX2 FMA: every float32
+// linear of the model on x86 CPUs without AVX-512 BF16 (AVX2-only parts such as AMD Zen 2/3), and every bfloat16
+// one there too: bfloat16 is storage only on such CPUs (half the bytes a decode step reads), each weight widened
+// to float32 in registers (exact) and every product and sum in float32.
 //
 // torch's float32 F.linear goes to MKL, whose matrix-vector path streams the weight once per call, but whose GEMM
 // for 2 to 16 rows (speculative decoding's verification steps, small batches) measured 3x the one-row time on a
@@ -15,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -30,14 +33,21 @@ constexpr int64_t kPanel = 16;  // output columns per packed panel: two ymm regi
 constexpr int kRowTile = 6;     // rows per register tile: 6 x 2 accumulators, two weight registers, one broadcast
 
 #if defined(__AVX2__) && defined(__FMA__)
-template <int R>
-void tile(const float* x, int64_t ldx, const float* panel, int64_t k, const float* bias, float* y, int64_t ldy) {
+// Eight of a panel's weights as float32: float32 as they are, bfloat16 widened exactly (the top half of a float).
+inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load8(const uint16_t* w) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+template <int R, typename W>
+void tile(const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y, int64_t ldy) {
   __m256 acc[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < k; ++i) {
-    const __m256 w0 = _mm256_loadu_ps(panel + i * kPanel);
-    const __m256 w1 = _mm256_loadu_ps(panel + i * kPanel + 8);
+    const __m256 w0 = load8(panel + i * kPanel);
+    const __m256 w1 = load8(panel + i * kPanel + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + r * ldx + i);
@@ -56,11 +66,12 @@ void tile(const float* x, int64_t ldx, const float* panel, int64_t k, const floa
   }
 }
 
-void tile_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t k, const float* bias, float* y,
+template <typename W>
+void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y,
                int64_t ldy) {
   switch (rows) {
 #define FRAME_TILE_CASE(R) \
-  case R: tile<R>(x, ldx, panel, k, bias, y, ldy); break;
+  case R: tile<R, W>(x, ldx, panel, k, bias, y, ldy); break;
     FRAME_TILE_CASE(1) FRAME_TILE_CASE(2) FRAME_TILE_CASE(3) FRAME_TILE_CASE(4) FRAME_TILE_CASE(5) FRAME_TILE_CASE(6)
 #undef FRAME_TILE_CASE
     default: TORCH_CHECK(false, "row tile of ", rows);
@@ -68,30 +79,11 @@ void tile_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_
 }
 #endif
 
-at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                             int64_t n) {
 #if defined(__AVX2__) && defined(__FMA__)
-  TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
-              "packed_linear_f32 takes a float32 x and a float32 packed weight");
-  TORCH_CHECK(x.dim() == 2, "packed_linear_f32 takes x of shape [rows, in_features]");
-  const at::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), k = xc.size(1);
-  TORCH_CHECK(n % kPanel == 0 && packed.numel() == n * k,
-              "the packed weight must hold out_features x in_features with out_features a multiple of 16; pack it "
-              "with frame_platform_cpu.kernels.pack_weight_f32");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements");
-    bias_ptr = bias->data_ptr<float>();
-  }
-  at::Tensor y = at::empty({m, n}, xc.options());
-  if (m == 0) return y;
-  const at::Tensor pc = packed.contiguous();
-  const float* xp = xc.data_ptr<float>();
-  const float* wp = pc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  // Tiles of equal height (8 rows: two of 4, not 6 and 2): every tile costs a pass over the panel's weights.
+// Every panel against every row of float32 x (tiles of equal height: 8 rows are two of 4, not 6 and 2, because
+// every tile costs a pass over the panel's weights), into float32 y [m, n].
+template <typename W>
+void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp) {
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   const int64_t height = (m + tiles - 1) / tiles;
   at::parallel_for(0, n / kPanel, 1, [&](int64_t begin, int64_t end) {
@@ -103,7 +95,42 @@ at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, cons
       }
     }
   });
-  return y;
+}
+#endif
+
+// float32 x and weight: y float32. bfloat16 weight (storage only: this CPU has no bfloat16 dot product): x
+// float32 or bfloat16, widened once, products and sums in float32, y in x's dtype, rounded once at the end as
+// torch's bfloat16 matmuls round.
+at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                             int64_t n) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const bool bf16_weight = packed.scalar_type() == at::kBFloat16;
+  TORCH_CHECK((packed.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat) ||
+                  (bf16_weight && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16)),
+              "packed_linear_f32 takes a float32 packed weight with float32 x, or a bfloat16 one with float32 or "
+              "bfloat16 x");
+  TORCH_CHECK(x.dim() == 2, "packed_linear_f32 takes x of shape [rows, in_features]");
+  const at::Tensor xc = x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
+  const int64_t m = xc.size(0), k = xc.size(1);
+  TORCH_CHECK(n % kPanel == 0 && packed.numel() == n * k,
+              "the packed weight must hold out_features x in_features with out_features a multiple of 16; pack it "
+              "with frame_platform_cpu.kernels.pack_weight_f32");
+  const float* bias_ptr = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
+                "bias must be float32 with out_features elements");
+    bias_ptr = bias->data_ptr<float>();
+  }
+  at::Tensor y = at::empty({m, n}, xc.options());
+  if (m == 0) return y.to(x.scalar_type());
+  const at::Tensor pc = packed.contiguous();
+  if (bf16_weight) {
+    product(xc.data_ptr<float>(), m, k, reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>()), n,
+            bias_ptr, y.data_ptr<float>());
+  } else {
+    product(xc.data_ptr<float>(), m, k, pc.data_ptr<float>(), n, bias_ptr, y.data_ptr<float>());
+  }
+  return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
 #else
   TORCH_CHECK(false, "packed_linear_f32 needs a CPU with AVX2 and FMA; this build has no such instructions");
 #endif

@@ -1,0 +1,198 @@
+"""frame vs llama.cpp on the same GGUF and the same token-id prompts, rounds alternating, each paused while the
+other runs; optionally both systems' perplexity on frame's shipped text.
+
+llama.cpp is never a dependency of frame: llama-cpp-python lives in its own virtual environment (``python3 -m venv
+/work/llamacpp-venv && /work/llamacpp-venv/bin/pip install llama-cpp-python``, which compiles llama.cpp for this
+CPU) and runs ``benchmarks/llamacpp_driver.py`` in that interpreter, over a JSON spec file and stdin/stdout lines
+(the protocol and process handling of ``compare_vllm.py``, whose helpers this script imports).
+
+    .venv/bin/python benchmarks/compare_llamacpp.py --rounds 3                      # single stream, Q4_1 packed
+    .venv/bin/python benchmarks/compare_llamacpp.py --rounds 3 --perplexity
+    .venv/bin/python benchmarks/compare_llamacpp.py --quantization none --dtype float32   # frame dense
+
+frame runs the model with ``--quantization gguf`` by default (the GGUF's blocks kept packed, as llama.cpp keeps
+them), both on the same number of threads. Each round records the cores that processes outside the benchmark kept
+busy (``bg cores``) and the load average: this is a shared 2-core machine, so a round beside a busy neighbour is
+not a fair number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from compare_vllm import CpuMeter, VllmProcess, _status_kib, reset_peak_rss
+from frame.bench.driver import drive, warm_up
+from frame.bench.perplexity import bos_of, chunks, frame_perplexity, token_ids
+from frame.config import build_config, parse_key_values
+from frame.engine.core import EngineCore
+from frame.workloads import load_workloads
+from rich.console import Console
+from rich.table import Table
+
+DRIVER = Path(__file__).with_name("llamacpp_driver.py")
+DEFAULT_PYTHON = "/work/llamacpp-venv/bin/python"
+#: Workload sizes as the issue's llama.cpp reference numbers were measured.
+ISSUE_OPTIONS: dict[str, dict[str, Any]] = {"single_stream": {"max_tokens": 256}}
+
+
+class LlamaCppProcess(VllmProcess):
+    """llama-cpp-python's driver in its own interpreter: ``run()`` times a round, ``perplexity()`` scores."""
+
+    system = "llama.cpp"
+
+    def __init__(self, python: str, spec_path: Path, show_log: bool = False) -> None:
+        super().__init__(python, spec_path, {}, show_log, driver=DRIVER)
+
+    def perplexity(self) -> dict[str, Any]:
+        return self.ask("perplexity", "PERPLEXITY")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two outputs share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llamacpp-python", default=DEFAULT_PYTHON,
+                        help="python of a virtual environment with llama-cpp-python installed")
+    parser.add_argument("--model", default=None, help="a .gguf file (default: the bundled SmolLM2 Q4_1)")
+    parser.add_argument("--workload", default="single_stream")
+    parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--quantization", default="gguf", help="frame's --quantization ('none': dense weights)")
+    parser.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"],
+                        help="frame's activation (and dense weight) dtype")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--only", choices=["frame", "llamacpp"], default=None)
+    parser.add_argument("--pause", action=argparse.BooleanOptionalAction, default=True,
+                        help="stop llama.cpp's process (SIGSTOP) while frame runs; frame sleeps while it runs")
+    parser.add_argument("--perplexity", action="store_true", help="also score both on frame's shipped text")
+    parser.add_argument("--n-ctx", type=int, default=512, help="perplexity chunk length")
+    parser.add_argument("--show-log", action="store_true", help="echo llama.cpp's own output to stderr")
+    parser.add_argument("--json", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    args = parse_args(argv)
+    console = Console()
+    systems = ["frame", "llamacpp"] if args.only is None else [args.only]
+    quantization = None if args.quantization == "none" else args.quantization
+    config = build_config(model=args.model, dtype=args.dtype, quantization=quantization,
+                          max_model_len=args.max_model_len, platform_options={"threads": args.threads})
+    engine = EngineCore(config)
+    if not engine.source.is_gguf:
+        console.print("[red]llama.cpp reads a .gguf file; pass one to --model.[/red]")
+        return 1
+    tokenizer = engine.source.tokenizer
+    options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}
+    requests = load_workloads().get(args.workload).generate(tokenizer, args.seed, **options)
+    label = f"frame ({args.dtype}, {quantization or 'dense'})"
+    rounds: dict[str, list[float]] = {label: [], "llama.cpp": []}
+    background: dict[str, list[float | None]] = {label: [], "llama.cpp": []}
+    ttft: dict[str, list[float]] = {label: [], "llama.cpp": []}
+    loads: list[float] = []
+    outputs: dict[str, list[list[int]]] = {}
+    report: dict[str, Any] = {"workload": args.workload, "workload_options": options, "threads": args.threads}
+    with tempfile.TemporaryDirectory(prefix="frame-vs-llamacpp-") as tmp:
+        llama = None
+        if "llamacpp" in systems:
+            spec = {"model": str(engine.source.path), "threads": args.threads, "n_ctx": args.max_model_len,
+                    "prompts": [list(r.prompt_token_ids) for r in requests],
+                    "max_tokens": [r.params.max_tokens for r in requests],
+                    "chunks": chunks(token_ids(tokenizer), args.n_ctx, bos_of(tokenizer))}
+            (Path(tmp) / "spec.json").write_text(json.dumps(spec))
+            llama = LlamaCppProcess(args.llamacpp_python, Path(tmp) / "spec.json", args.show_log)
+            console.print(f"llama.cpp: {llama.version}")
+        if "frame" in systems:
+            reset_peak_rss()
+            warm_up(engine)
+        meter = CpuMeter()
+        for i in range(args.rounds):
+            if "frame" in systems:
+                engine.cache.reset()
+                if llama is not None and args.pause:
+                    llama.signal(signal.SIGSTOP)
+                meter.foreign_cores()
+                try:
+                    result = drive(engine, requests)
+                finally:
+                    if llama is not None:
+                        llama.signal(signal.SIGCONT)
+                background[label].append(meter.foreign_cores())
+                rounds[label].append(result.summary()["output_tok_s"])
+                if len(requests) == 1 and result.timings[0].ttft is not None:
+                    ttft[label].append(result.timings[0].ttft)
+                outputs["frame"] = [t.output_token_ids for t in result.timings]
+            if llama is not None:
+                meter.foreign_cores()
+                theirs = llama.run()
+                background["llama.cpp"].append(meter.foreign_cores())
+                rounds["llama.cpp"].append(theirs["output_tokens"] / theirs["elapsed_s"])
+                if theirs.get("ttft_s") is not None:
+                    ttft["llama.cpp"].append(theirs["ttft_s"])
+                outputs["llama.cpp"] = theirs["outputs"]
+            loads.append(os.getloadavg()[0])
+            console.print(f"round {i + 1}: " + ", ".join(
+                f"{k} {v[-1]:.1f} tok/s (bg {_cores(background[k][-1])} cores)" for k, v in rounds.items() if v)
+                + f"; load {loads[-1]:.2f}")
+        scores: dict[str, dict[str, Any]] = {}
+        if args.perplexity:
+            if "frame" in systems:
+                scores[label] = frame_perplexity(config, label, args.n_ctx).as_json()
+            if llama is not None:
+                scores["llama.cpp"] = llama.perplexity()
+        if llama is not None:
+            llama.close()
+
+    table = Table(title=f"{args.workload}: {len(requests)} requests, {args.threads} threads, output tokens/s "
+                  f"(load average {', '.join(f'{x:.2f}' for x in loads)})")
+    for column in ("system", "median", "rounds", "bg cores", "TTFT ms", "perplexity"):
+        table.add_column(column)
+    for name, values in rounds.items():
+        if values or name in scores:
+            table.add_row(name, f"{statistics.median(values):.1f}" if values else "-",
+                          " ".join(f"{v:.1f}" for v in values), " ".join(_cores(b) for b in background[name]),
+                          f"{statistics.median(ttft[name]) * 1000:.0f}" if ttft[name] else "-",
+                          f"{scores[name]['perplexity']:.4f}" if name in scores else "-")
+    console.print(table)
+    report.update(rounds=rounds, background_cores=background, ttft_s=ttft, load_average=loads, perplexity=scores,
+                  frame_peak_rss_mib=_status_kib(os.getpid(), "VmHWM") / 1024)
+    if rounds[label] and rounds["llama.cpp"]:
+        ratio = statistics.median(rounds[label]) / statistics.median(rounds["llama.cpp"])
+        shared = [common_prefix(a, b) for a, b in zip(outputs["frame"], outputs["llama.cpp"], strict=True)]
+        console.print(f"frame / llama.cpp: {ratio:.2f}x tokens/s; greedy outputs share their first "
+                      f"{', '.join(map(str, shared))} tokens")
+        report.update(ratio=ratio, shared_prefix_tokens=shared)
+    if len(scores) == 2:
+        ppl = scores[label]["perplexity"] / scores["llama.cpp"]["perplexity"]
+        console.print(f"perplexity frame / llama.cpp: {ppl:.4f} ({(ppl - 1) * 100:+.2f}%)")
+        report["perplexity_ratio"] = ppl
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def _cores(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

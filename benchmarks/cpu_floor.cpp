@@ -1,0 +1,87 @@
+// This CPU's floor for the AVX2 and AVX-512 classes: float32 FMA peak (GFLOP/s) and memory read bandwidth (GB/s),
+// on every thread OpenMP gives it. (`bf16_peak.cpp` measures the AVX-512 BF16 dot-product peak.)
+//
+//     g++ -O2 -march=native -fopenmp benchmarks/cpu_floor.cpp -o /tmp/cpu_floor && /tmp/cpu_floor
+//
+// Peak: twelve independent FMA chains per thread in asm (so the compiler cannot merge them), on ymm registers (8
+// float32 lanes, 16 FLOP per FMA) or, where the build has AVX-512F, zmm ones too (16 lanes, 32 FLOP). Bandwidth:
+// each thread sums its share of a 1 GiB float32 array with vector loads, best of five passes; that is what a
+// memory-bound decode step does with the weights (reads them once).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define FMA12(op, reg)                                                                                          \
+  __asm__ volatile(op " %%" reg "14, %%" reg "15, %%" reg "0\n\t" op " %%" reg "14, %%" reg "15, %%" reg "1\n\t" \
+                   op " %%" reg "14, %%" reg "15, %%" reg "2\n\t" op " %%" reg "14, %%" reg "15, %%" reg "3\n\t" \
+                   op " %%" reg "14, %%" reg "15, %%" reg "4\n\t" op " %%" reg "14, %%" reg "15, %%" reg "5\n\t" \
+                   op " %%" reg "14, %%" reg "15, %%" reg "6\n\t" op " %%" reg "14, %%" reg "15, %%" reg "7\n\t" \
+                   op " %%" reg "14, %%" reg "15, %%" reg "8\n\t" op " %%" reg "14, %%" reg "15, %%" reg "9\n\t" \
+                   op " %%" reg "14, %%" reg "15, %%" reg "10\n\t" op " %%" reg "14, %%" reg "15, %%" reg "11\n\t" \
+                   ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11")
+
+static double fma_peak(bool wide) {
+  const long iterations = 100000000;
+  const double start = omp_get_wtime();
+#pragma omp parallel
+  for (long i = 0; i < iterations; ++i) {
+#if defined(__AVX512F__)
+    if (wide) {
+      FMA12("vfmadd231ps", "zmm");
+      continue;
+    }
+#endif
+    FMA12("vfmadd231ps", "ymm");
+  }
+  const double seconds = omp_get_wtime() - start;
+  const double flop_per_fma = wide ? 32.0 : 16.0;
+  return 12.0 * flop_per_fma * iterations * omp_get_max_threads() / seconds / 1e9;
+}
+
+static double read_bandwidth() {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  std::vector<float> data(n);
+#pragma omp parallel for
+  for (size_t i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the thread that reads it later
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int pass = 0; pass < 5; ++pass) {
+    const double start = omp_get_wtime();
+    float total = 0.0f;
+#pragma omp parallel for reduction(+ : total)
+    for (size_t block = 0; block < n / 64; ++block) {
+      const float* p = data.data() + block * 64;
+      __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8), c = _mm256_loadu_ps(p + 16),
+             d = _mm256_loadu_ps(p + 24);
+      a = _mm256_add_ps(a, _mm256_loadu_ps(p + 32));
+      b = _mm256_add_ps(b, _mm256_loadu_ps(p + 40));
+      c = _mm256_add_ps(c, _mm256_loadu_ps(p + 48));
+      d = _mm256_add_ps(d, _mm256_loadu_ps(p + 56));
+      const __m256 s = _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d));
+      float lanes[8];
+      _mm256_storeu_ps(lanes, s);
+      total += lanes[0] + lanes[7];
+    }
+    const double seconds = omp_get_wtime() - start;
+    sink = sink + total;
+    best = std::max(best, double(n) * sizeof(float) / seconds / 1e9);
+  }
+  return best;
+}
+
+int main() {
+  const int threads = omp_get_max_threads();
+  std::printf("threads: %d\n", threads);
+  std::printf("float32 FMA peak, AVX2 (ymm): %.1f GFLOP/s\n", fma_peak(false));
+#if defined(__AVX512F__)
+  std::printf("float32 FMA peak, AVX-512 (zmm): %.1f GFLOP/s\n", fma_peak(true));
+#else
+  std::printf("float32 FMA peak, AVX-512 (zmm): not built (this build has no AVX-512F)\n");
+#endif
+  std::printf("memory read bandwidth: %.1f GB/s (best of 5 passes over 1 GiB)\n", read_bandwidth());
+  return 0;
+}

@@ -1,0 +1,154 @@
+"""QuantizationMethod: how a checkpoint's linear weights are kept quantized, and the packed weights it makes.
+
+A quantization plugin (``--quantization NAME``, or the checkpoint's ``quantization_config``) decides, at load, which
+linear weights stay (or become) quantized, and in which :data:`FORMATS`. It either reads them packed from the
+checkpoint (:meth:`QuantizationMethod.open_weights`: ``gguf`` keeps a GGUF file's blocks) or quantizes dense ones
+once they are loaded (:meth:`QuantizationMethod.quantize`: ``int8`` per output channel). A layer then holds a
+:class:`PackedWeight` instead of a dense weight, and the platform supplies a kernel per format
+(:meth:`frame.interfaces.platform.Platform.layer_kernel` sees the layer's packed weight); where it has none, the
+layer multiplies by :meth:`PackedWeight.dequantize`'s result, which is also the reference the kernels are tested
+against.
+
+Every tensor of a packed weight has the weight's output features as its first dimension, so the loading code
+that shards, permutes and concatenates a checkpoint's rows (tensor parallelism, fused QKV and gate-up layers,
+llama.cpp's rotary row order) works on packed weights unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from frame.interfaces.model import WeightSource
+
+#: The packed formats a plugin may produce and a platform may supply kernels for, with their layouts. Each is a
+#: contract between the two: a plugin's weight of that format holds exactly these tensors.
+FORMATS: dict[str, str] = {
+    "q4_0": "ggml block_q4_0: tensors['blocks'] uint8 [out, in / 32 * 18]; per 32 inputs, fp16 d then 16 bytes of "
+            "nibbles (low nibbles inputs 0-15, high 16-31); w = d * (q - 8)",
+    "q4_1": "ggml block_q4_1: tensors['blocks'] uint8 [out, in / 32 * 20]; per 32 inputs, fp16 d, fp16 m, then 16 "
+            "bytes of nibbles as q4_0; w = d * q + m",
+    "q8_0": "ggml block_q8_0: tensors['blocks'] uint8 [out, in / 32 * 34]; per 32 inputs, fp16 d then 32 int8 q; "
+            "w = d * q",
+    "q4_k": "ggml block_q4_K: tensors['blocks'] uint8 [out, in / 256 * 144]; per 256 inputs, fp16 d, fp16 dmin, 12 "
+            "bytes of 6-bit scales and mins for 8 sub-blocks of 32, 128 bytes of nibbles",
+    "q6_k": "ggml block_q6_K: tensors['blocks'] uint8 [out, in / 256 * 210]; per 256 inputs, 128 bytes of low "
+            "nibbles, 64 of high 2-bit pairs, 16 int8 sub-block scales, fp16 d",
+    "int8": "per output channel: tensors['q'] int8 [out, in], tensors['scale'] float32 [out, 1]; w = scale * q; "
+            "attribute activations 'dynamic' (x may be quantized per row, W8A8) or 'none' (weight-only)",
+}
+
+
+class PackedWeight(ABC):
+    """A linear weight ``[out, in]`` kept quantized: ``format`` (a key of :data:`FORMATS`) and its tensors.
+
+    Every tensor in :attr:`tensors` has ``out`` rows first; :meth:`rows` and :meth:`cat` select and join output
+    features across all of them, so the loading code's row operations (``narrow(0, ...)``, indexing by a row
+    order) apply as they do to a dense tensor. Subclasses implement :meth:`dequantize` (the reference) and
+    :meth:`with_tensors` (a weight of the same kind over other rows).
+    """
+
+    #: Inputs per block: a narrow along the inputs must start and end on a block boundary.
+    block_inputs: int = 1
+
+    def __init__(self, format: str, tensors: dict[str, torch.Tensor], in_features: int) -> None:
+        if format not in FORMATS:
+            raise ValueError(f"unknown packed format {format!r}; known: {', '.join(FORMATS)}")
+        rows = {t.shape[0] for t in tensors.values()}
+        if len(rows) != 1:
+            raise ValueError(f"the tensors of a {format} weight disagree on the number of rows: {sorted(rows)}")
+        self.format = format
+        self.tensors = tensors
+        self.in_features = in_features
+
+    @property
+    def shape(self) -> torch.Size:
+        """The dense weight's shape ``[out, in]``."""
+        return torch.Size((next(iter(self.tensors.values())).shape[0], self.in_features))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the packed tensors take."""
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    @abstractmethod
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The dense weight ``[out, in]`` in ``dtype``: the reference every kernel of this format matches."""
+
+    @abstractmethod
+    def with_tensors(self, tensors: dict[str, torch.Tensor], in_features: int) -> PackedWeight:
+        """A weight of this class and format over ``tensors`` (other rows, or a slice of the inputs)."""
+
+    def rows(self, index: slice | torch.Tensor) -> PackedWeight:
+        """The output features ``index`` selects (a slice or a 1-D tensor of row numbers), of every tensor."""
+        return self.with_tensors({k: t[index].contiguous() for k, t in self.tensors.items()}, self.in_features)
+
+    def __getitem__(self, index: slice | torch.Tensor) -> PackedWeight:
+        """Rows, as ``tensor[index]`` selects them from a dense weight."""
+        return self.rows(index)
+
+    def split(self, sizes: Sequence[int]) -> list[PackedWeight]:
+        """``tensor.split(sizes)`` along the rows (a fused checkpoint tensor cut into its parts: Phi-3's QKV)."""
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [self.rows(slice(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
+
+    def narrow(self, dim: int, start: int, length: int) -> PackedWeight:
+        """``torch.narrow`` for the loaders: any rows (``dim`` 0), or inputs on block boundaries (``dim`` 1/-1)."""
+        if dim == 0:
+            return self.rows(slice(start, start + length))
+        if dim not in (1, -1):
+            raise ValueError(f"a packed weight has 2 dimensions, not {dim + 1}")
+        if start == 0 and length == self.in_features:
+            return self
+        return self.narrow_inputs(start, length)
+
+    def narrow_inputs(self, start: int, length: int) -> PackedWeight:
+        """Inputs ``[start, start + length)`` (tensor-parallel row splits); formats that cannot split raise."""
+        raise ValueError(f"a {self.format} weight cannot be split along its inputs at {start}:{start + length}")
+
+    @staticmethod
+    def cat(parts: Sequence[PackedWeight]) -> PackedWeight | None:
+        """The parts' rows one after another, or None when they differ in format or inputs (the caller keeps them
+        dense then)."""
+        first = parts[0]
+        if any(type(p) is not type(first) or p.format != first.format or p.in_features != first.in_features
+               or p.tensors.keys() != first.tensors.keys() for p in parts):
+            return None
+        return first.with_tensors({k: torch.cat([p.tensors[k] for p in parts]) for k in first.tensors},
+                                  first.in_features)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.format}, shape={tuple(self.shape)}, {self.nbytes} bytes)"
+
+
+class QuantizationMethod(ABC):
+    """What one quantization plugin does to a model at load (one instance per engine, from
+    ``frame_quantization_create``). The methods are called in this order by every model worker:
+
+    1. :meth:`check` before the model is built: refuse a checkpoint the method cannot serve, in one sentence.
+    2. :meth:`open_weights` to read the checkpoint: a source whose linear weights may arrive as
+       :class:`PackedWeight` (the model family hands them to its layers as it does tensors); None to read it
+       with the core's dense readers.
+    3. :meth:`quantize` once per linear layer whose weight arrived dense, after every tensor is loaded.
+    """
+
+    #: The plugin's name (``--quantization``), set by the plugin.
+    name: str = ""
+    #: The formats this method's weights come in; ``frame plugins`` shows which of them the platform serves natively.
+    formats: tuple[str, ...] = ()
+
+    def check(self, model_path: Path, hf_config: object) -> str | None:
+        """None when this method can serve the checkpoint at ``model_path``; else one sentence why not."""
+        return None
+
+    def open_weights(self, model_path: Path) -> WeightSource | None:
+        """A source whose linear weights arrive packed, or None (the default) to load the checkpoint dense."""
+        return None
+
+    @abstractmethod
+    def quantize(self, name: str, weight: torch.Tensor) -> PackedWeight | None:
+        """The packed form of the dense linear weight ``weight`` ``[out, in]`` of the layer at module path
+        ``name`` (``layers.3.mlp.down_proj``), or None to keep it dense. Pure: ``weight`` is not modified."""

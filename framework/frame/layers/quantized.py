@@ -1,0 +1,135 @@
+"""Linear weights kept quantized: how packed checkpoint rows reach a layer, and what a layer runs without a kernel.
+
+A quantization plugin's source hands a model family :class:`~frame.interfaces.quantization.PackedWeight` values
+where it would hand dense tensors; the layers' ``load`` passes them here (:func:`store_rows`), which keeps each
+block of rows on the weight parameter until every tensor is loaded. :func:`finish_loading` then joins the rows
+into one packed weight per parameter (the fused QKV and gate-up layers join several checkpoint tensors), asks the
+quantization method to quantize the linear weights that arrived dense (``int8``), and frees the dense storage of
+every weight that only linears read. A parameter that another layer reads dense too (a tied embedding) keeps its
+dense values as well. The weight's packed form is ``weight.packed``; :func:`packed_weight` reads it for a platform.
+
+A layer whose weight is packed runs the platform's kernel for its format; when the platform has none or declines
+a call, :func:`with_reference` multiplies by the dequantised weight (slow, exact: the kernels' reference).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from frame.interfaces.quantization import PackedWeight, QuantizationMethod
+
+log = logging.getLogger("frame.layers")
+
+
+def packed_weight(layer: nn.Module) -> PackedWeight | None:
+    """The packed form of ``layer.weight`` (None when the layer's weight is dense)."""
+    return getattr(getattr(layer, "weight", None), "packed", None)
+
+
+def store_rows(param: torch.Tensor, offset: int, packed: PackedWeight, what: str) -> None:
+    """Keep ``packed`` as rows ``[offset, offset + rows)`` of the weight ``param`` until :func:`finish_loading`."""
+    rows, inputs = packed.shape
+    if param.dim() != 2 or inputs != param.shape[1] or offset + rows > param.shape[0]:
+        raise ValueError(f"a checkpoint {what} of shape {tuple(packed.shape)} does not fit rows {offset}:"
+                         f"{offset + rows} of {tuple(param.shape)}")
+    param.__dict__.setdefault("packed_parts", {})[offset] = packed
+
+
+def _joined(param: torch.Tensor) -> PackedWeight | None:
+    """The parameter's stored row blocks as one packed weight (None: they differ in format, so they go dense)."""
+    parts = param.__dict__.pop("packed_parts")
+    offsets = sorted(parts)
+    expected = 0
+    for offset in offsets:
+        if offset != expected:
+            raise ValueError(f"rows {expected}:{offset} of a packed weight of shape {tuple(param.shape)} were never "
+                             "loaded")
+        expected += parts[offset].shape[0]
+    if expected != param.shape[0]:
+        raise ValueError(f"rows {expected}:{param.shape[0]} of a packed weight were never loaded")
+    joined = PackedWeight.cat([parts[o] for o in offsets])
+    if joined is None:
+        log.info("a fused weight's parts come in different formats (%s); it runs dense",
+                 ", ".join(parts[o].format for o in offsets))
+        param.data.copy_(torch.cat([parts[o].dequantize(param.dtype) for o in offsets]))
+    return joined
+
+
+def _is_linear(module: nn.Module) -> bool:
+    from frame.layers.basic import Linear
+
+    return isinstance(module, Linear)
+
+
+def finish_loading(model: nn.Module, method: QuantizationMethod | None) -> int:
+    """After ``model.load_weights``: join packed rows, quantize dense linear weights with ``method``, and free the
+    dense storage that only linears would read. Returns how many weights are packed."""
+    users: dict[int, list[tuple[str, nn.Module]]] = {}
+    weights: dict[int, nn.Parameter] = {}
+    for path, module in model.named_modules():
+        weight = module._parameters.get("weight")
+        if weight is not None:
+            users.setdefault(id(weight), []).append((path, module))
+            weights[id(weight)] = weight
+    packed_count = 0
+    for key, weight in weights.items():
+        holders = users[key]
+        all_linear = all(_is_linear(m) for _, m in holders)
+        arrived = arrived_packed(weight)
+        packed = _joined(weight) if arrived else None
+        if packed is None and method is not None and weight.dim() == 2 and any(_is_linear(m) for _, m in holders):
+            packed = method.quantize(next(p for p, m in holders if _is_linear(m)), weight.data)
+        if packed is None:
+            continue
+        packed_count += 1
+        if all_linear:  # nothing reads the dense values: keep the shape and dtype, drop the storage
+            replacement = nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
+                                       requires_grad=False)
+            replacement.packed = packed
+            for _, module in holders:
+                module.weight = replacement
+        else:  # a tied embedding: it looks rows up dense; the linears sharing it read the packed form
+            if arrived:
+                weight.data.copy_(packed.dequantize(weight.dtype))
+            weight.packed = packed
+    return packed_count
+
+
+def arrived_packed(param: torch.Tensor) -> bool:
+    """True while ``param`` holds packed rows not yet joined (its dense values are not loaded)."""
+    return "packed_parts" in param.__dict__
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes the model's parameters take, a packed weight counted at its packed size."""
+    total = 0
+    for param in model.parameters():
+        if param.device.type == "meta":
+            packed = getattr(param, "packed", None)
+            total += packed.nbytes if packed is not None else 0
+        else:
+            total += param.numel() * param.element_size()
+    return total
+
+
+def with_reference(layer: nn.Module, kernel: Callable[..., Any] | None) -> Callable[..., Any]:
+    """``kernel`` for a layer whose weight is packed, falling back to the dequantised weight when it is None or
+    declines a call (the layer's dense computation, ``layer.dense_forward``, on ``PackedWeight.dequantize``)."""
+    packed = packed_weight(layer)
+    assert packed is not None, "with_reference serves layers whose weight is packed"
+    if kernel is None:
+        log.info("no kernel serves %s weights here; %s multiplies by the dequantised weight", packed.format,
+                 type(layer).__name__)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        out = kernel(x) if kernel is not None else None
+        if out is None:
+            out = layer.dense_forward(x, packed.dequantize(x.dtype))
+        return out
+
+    return run

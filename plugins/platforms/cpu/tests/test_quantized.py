@@ -1,0 +1,125 @@
+"""The cpu platform's kernels for packed ggml blocks (q4_0, q4_1, q8_0), both the AVX2 and the portable path,
+against gguf's own dequantisation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from frame.weights import GGMLWeight
+from frame_platform_cpu import kernels, probe, quantized
+
+_WHY_NOT = kernels.unavailable_reason()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
+PATHS = [pytest.param(True, id="portable"),
+         pytest.param(False, id="avx2", marks=pytest.mark.skipif(not probe.has_avx2_fma(), reason="no AVX2 and FMA"))]
+
+
+def packed(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
+    return GGMLWeight.quantized(fmt, torch.randn(rows, inputs, generator=torch.Generator().manual_seed(seed)))
+
+
+def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernel sees it: each block of 32 rounded to int8 steps of max|x| / 127 (half to even, as C++'s
+    nearbyint), in float64."""
+    blocks = x.double().reshape(x.shape[0], -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    scale = (amax / 127).float().double()  # the kernel keeps d_x in float32
+    inverse = torch.where(amax > 0, (127 / amax.float()).double(), torch.zeros_like(amax))
+    q = torch.round((blocks.float() * inverse.float()).double())
+    return (q * scale).reshape(x.shape)
+
+
+@pytest.mark.parametrize("portable", PATHS)
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, portable: bool) -> None:
+    weight = packed(fmt, 48, 96)
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1))
+    kernel = quantized.ggml_linear(weight, bias, portable=portable)
+    y = kernel(x)
+    dense = weight.dequantize().double()
+    # Exact arithmetic on the int8-rounded x: the kernel sums each block's 32 integer products exactly, so only
+    # float32 rounding of the per-block terms and their sum (96 inputs: 3 blocks) remains, ~1e-6 of the scale.
+    exact = quantized_inputs(x) @ dense.T + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
+    # Against float32 x: rounding x to 255 levels per block moves each product by at most max|x_block| / 254, so
+    # a dot over 96 inputs moves by far less than 2% of sum(|w| |x|).
+    loose = F.linear(x.double(), dense, bias.double())
+    bound = 0.02 * (x.double().abs() @ dense.abs().T)
+    assert ((y.double() - loose).abs() <= bound + 1e-6).all()
+
+
+@pytest.mark.parametrize("portable", PATHS)
+def test_bfloat16_rows_come_back_bfloat16(portable: bool) -> None:
+    weight = packed("q4_1", 32, 64)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3))
+    xb = x.bfloat16()
+    y = quantized.ggml_linear(weight, None, portable=portable)(xb)
+    assert y.dtype == torch.bfloat16
+    # The kernel quantizes the bfloat16 rows per block exactly as float32 ones (a bfloat16 value is one), so the
+    # only further error is the result's one rounding to bfloat16 (8 bits of mantissa).
+    exact = quantized_inputs(xb.float()) @ weight.dequantize().double().T
+    torch.testing.assert_close(y.double(), exact, rtol=2**-8, atol=1e-3)
+
+
+def test_paths_agree_on_a_large_weight() -> None:
+    if not probe.has_avx2_fma():
+        pytest.skip("no AVX2 and FMA: only the portable path runs here")
+    weight = packed("q4_1", 200, 576, seed=4)
+    x = torch.randn(6, 576, generator=torch.Generator().manual_seed(5))
+    fast, plain = quantized.ggml_linear(weight, None, portable=False)(x), quantized.ggml_linear(weight, None,
+                                                                                                portable=True)(x)
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-4)  # only the order of float32 block sums differs
+
+
+def test_formats_without_a_kernel_decline() -> None:
+    weight = GGMLWeight("q6_k", torch.zeros(2, 210, dtype=torch.uint8), 256)
+    assert quantized.ggml_linear(weight, None) is None
+
+
+def test_the_kernel_declines_other_inputs() -> None:
+    kernel = quantized.ggml_linear(packed("q8_0", 16, 32), None)
+    assert kernel(torch.zeros(2, 3, 32)) is None
+    assert kernel(torch.zeros(2, 32, dtype=torch.float64)) is None
+
+
+def _int8(rows: int, inputs: int, activations: str = "dynamic"):
+    from frame.interfaces.quantization import PackedWeight
+
+    class ChannelInt8(PackedWeight):  # the int8 format's contract (FORMATS["int8"]); the plugin's own class is
+        # another wheel, which a platform must not import
+        def __init__(self, tensors: dict[str, torch.Tensor], in_features: int) -> None:
+            super().__init__("int8", tensors, in_features)
+            self.activations = activations
+
+        def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return (self.tensors["q"].float() * self.tensors["scale"]).to(dtype)
+
+        def with_tensors(self, tensors: dict[str, torch.Tensor], in_features: int) -> PackedWeight:
+            return ChannelInt8(tensors, in_features)
+
+    w = torch.randn(rows, inputs, generator=torch.Generator().manual_seed(7)) * 0.05
+    scale = w.abs().amax(1, keepdim=True) / 127
+    return ChannelInt8({"q": torch.round(w / scale).to(torch.int8), "scale": scale}, inputs)
+
+
+@pytest.mark.parametrize("portable", PATHS)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_int8_w8a8_is_the_product_of_int8_rows(rows: int, portable: bool) -> None:
+    weight = _int8(48, 96)
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1))
+    y = quantized.int8_linear(weight, bias, portable=portable)(x)
+    # The row scales go through float16 (2^-11 relative), x is rounded to int8 per block of 32 as for q8_0.
+    scale16 = weight.tensors["scale"].half().double()
+    exact = quantized_inputs(x) @ (weight.tensors["q"].double() * scale16).T + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_only_int8_and_tiny_scales_decline() -> None:
+    assert quantized.int8_linear(_int8(16, 32, activations="none"), None) is None
+    tiny = _int8(16, 32)
+    tiny.tensors["scale"] = tiny.tensors["scale"] * 1e-4  # below float16's normal range
+    assert quantized.int8_linear(tiny, None) is None
