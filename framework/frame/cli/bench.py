@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
@@ -141,7 +142,8 @@ def _run_experiment(args: argparse.Namespace) -> int:
     with Progress(*columns, console=console, transient=True) as progress:
         cells = progress.add_task(f"{spec.name}: cells", total=len(plan))
         for options, workload in plan:
-            label = f"{workload.name} [{', '.join(f'{k}={v}' for k, v in options.items())}]"
+            # escape: "[router=...]" is otherwise read as rich markup and vanishes from the line
+            label = escape(f"{workload.name} [{', '.join(f'{k}={v}' for k, v in options.items())}]")
             tokens = progress.add_task(f"  {label}", total=None)
             rows.append(runner.run_cell(options, workload, lambda n, t=tokens: progress.advance(t, n)))
             progress.remove_task(tokens)
@@ -149,7 +151,7 @@ def _run_experiment(args: argparse.Namespace) -> int:
             if not console.is_terminal:  # no live bar in a log file: one line per cell instead
                 row = rows[-1]
                 status = row["error"] or f"{row['output_tok_s']:.1f} output tok/s in {row['elapsed_s']:.1f} s"
-                console.print(f"[{len(rows)}/{len(plan)}] {label}: {status}", soft_wrap=True)
+                console.print(escape(f"[{len(rows)}/{len(plan)}] ") + f"{label}: {escape(status)}", soft_wrap=True)
     console.print(rich_table(rows, spec.name))
     for line in failures(rows):
         console.print(f"[red]failed[/red] {line}", soft_wrap=True)
