@@ -90,13 +90,18 @@ class Server:
         return cpu_seconds(tree[:1]), cpu_seconds(tree[1:])
 
     def stop(self) -> None:
+        """SIGTERM to the whole tree, then SIGKILL to whatever is left: vLLM's engine-core and worker processes
+        outlived a signal to the server's process group alone and kept spinning after the benchmark ended."""
+        tree = process_tree(self.proc.pid)
         self.signal(signal.SIGCONT)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def write_multi_turn(tokenizer: Any, path: Path, seed: int) -> int:
