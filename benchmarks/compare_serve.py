@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,9 @@ class Server:
     def __init__(self, name: str, cmd: list[str], port: int, env: dict[str, str], log: Path) -> None:
         self.name, self.port = name, port
         self.log = log
+        with socket.socket() as probe:  # a server left on the port would answer for this one and be measured
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                raise RuntimeError(f"port {port} is already in use; stop what listens there or pick another port")
         with log.open("w") as out:
             self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
