@@ -27,11 +27,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compare_vllm import CpuMeter, VllmProcess, _status_kib, reset_peak_rss
+from compare_vllm import CpuMeter, VllmProcess, _cores, _status_kib, reset_peak_rss
 from frame.bench.driver import drive, warm_up
 from frame.bench.perplexity import bos_of, chunks, frame_perplexity, token_ids
 from frame.config import build_config, parse_key_values
 from frame.engine.core import EngineCore
+from frame.engine.scheduler import common_prefix_length
 from frame.workloads import load_workloads
 from rich.console import Console
 from rich.table import Table
@@ -52,16 +53,6 @@ class LlamaCppProcess(VllmProcess):
 
     def perplexity(self) -> dict[str, Any]:
         return self.ask("perplexity", "PERPLEXITY")
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens two outputs share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -177,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                   frame_peak_rss_mib=_status_kib(os.getpid(), "VmHWM") / 1024)
     if rounds[label] and rounds["llama.cpp"]:
         ratio = statistics.median(rounds[label]) / statistics.median(rounds["llama.cpp"])
-        shared = [common_prefix(a, b) for a, b in zip(outputs["frame"], outputs["llama.cpp"], strict=True)]
+        shared = [common_prefix_length(list(a), list(b), len(a))
+                  for a, b in zip(outputs["frame"], outputs["llama.cpp"], strict=True)]
         console.print(f"frame / llama.cpp: {ratio:.2f}x tokens/s; greedy outputs share their first "
                       f"{', '.join(map(str, shared))} tokens")
         report.update(ratio=ratio, shared_prefix_tokens=shared)
@@ -188,10 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
-
-
-def _cores(value: float | None) -> str:
-    return "?" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

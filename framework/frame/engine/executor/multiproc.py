@@ -93,11 +93,10 @@ class MultiprocExecutor(Executor):
         return self._gather(StepDone, 1, None)[0].output
 
     def check_health(self) -> None:
-        for rank, proc in enumerate(self._procs):
-            code = proc.poll()
-            if code is not None:
-                self._stop(graceful=False)
-                raise WorkerDiedError(f"the model worker of rank {rank} exited with code {code}")
+        reason = self._dead_peer(wait_s=0.0)
+        if reason is not None:
+            self._stop(graceful=False)
+            raise WorkerDiedError(reason)
 
     def shutdown(self) -> None:
         self._stop(graceful=True)
@@ -136,8 +135,9 @@ class MultiprocExecutor(Executor):
         return self._bytes_per_block
 
     def _dead_peer(self, wait_s: float = 1.0) -> str | None:
-        """When a rank reports a failed collective, the usual cause is a peer that died: name that one (it may
-        take a moment for its exit to be visible) rather than the survivor that noticed."""
+        """The first worker that has exited, as an error message, waiting up to ``wait_s`` for one. When a rank
+        reports a failed collective the usual cause is a peer that died: naming that one (its exit may take a
+        moment to be visible) beats naming the survivor that noticed."""
         deadline = time.monotonic() + wait_s
         while True:
             for rank, proc in enumerate(self._procs):
