@@ -26,6 +26,7 @@ log = logging.getLogger("frame.executor.ray")
 PLACEMENT_GROUP_ENV = "FRAME_RAY_PLACEMENT_GROUP"
 
 POLL_S = 0.1
+BLAME_GRACE_S = 2.0  # how long the other ranks get to report an actor death before a survivor is blamed
 START_TIMEOUT_S = 900.0
 
 
@@ -153,16 +154,35 @@ class RayExecutor(Executor):
         pending, waited = list(refs), 0.0
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-            for ref in done:
-                try:
-                    ray.get(ref)
-                except Exception as err:
-                    self.shutdown()
-                    rank = refs.index(ref)
-                    raise WorkerDiedError(f"the model worker of rank {rank} failed: {type(err).__name__}: "
-                                          f"{str(err).splitlines()[0] if str(err) else ''}") from None
+            failed = [ref for ref in done if self._error_of(ref) is not None]
+            if failed:
+                rank, err = self._blame(refs, failed[0])
+                self.shutdown()
+                raise WorkerDiedError(f"the model worker of rank {rank} failed: {type(err).__name__}: "
+                                      f"{str(err).splitlines()[0] if str(err) else ''}") from None
             waited += POLL_S
             if timeout_s is not None and pending and waited > timeout_s:
                 self.shutdown()
                 raise WorkerDiedError(f"the Ray workers did not answer within {timeout_s:.0f} s")
         return ray.get(refs)
+
+    def _error_of(self, ref: Any) -> BaseException | None:
+        try:
+            self._ray.get(ref, timeout=0)
+        except Exception as err:  # any failure of a call is its worker's failure
+            return err
+        return None
+
+    def _blame(self, refs: list[Any], first_failed: Any) -> tuple[int, BaseException]:
+        """The rank whose actor died, not a survivor whose collective broke because of it: the survivor's error
+        often arrives first, so the other calls get a moment to report an actor death."""
+        actor_died = self._ray.exceptions.RayActorError
+        first_err = self._error_of(first_failed)
+        assert first_err is not None
+        if not isinstance(first_err, actor_died):
+            self._ray.wait(refs, num_returns=len(refs), timeout=BLAME_GRACE_S)
+            for rank, ref in enumerate(refs):
+                err = self._error_of(ref) if ref is not first_failed else None
+                if isinstance(err, actor_died):
+                    return rank, err
+        return refs.index(first_failed), first_err
