@@ -22,6 +22,7 @@ HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
 SHAPES = {
     "decode 64 x ctx~300": ([random.Random(0).randint(200, 400) for _ in range(64)], [1] * 64),
     "decode 64 x ctx~1000": ([random.Random(1).randint(950, 1050) for _ in range(64)], [1] * 64),
+    "decode 8 x ctx~300": ([random.Random(2).randint(200, 400) for _ in range(8)], [1] * 8),
     "decode 1 x ctx 300": ([300], [1]),
     "prefill 9 x 225": ([0] * 9, [225] * 9),
     "prefill 1 x 2000": ([0], [2000]),
@@ -62,11 +63,10 @@ def main() -> None:
         for name, backend in backends.items():
             times = []
             for _ in range(args.calls):
-                inputs[-1].extras.clear()
                 t = time.perf_counter()
-                backend.prepare(inputs[-1])
+                meta = backend.build_metadata(inputs[-1])
                 for layer in layers:
-                    backend.forward(*layer)
+                    backend.forward(*layer[:-1], meta)
                 times.append((time.perf_counter() - t) / len(layers))
             s = sorted(times)[len(times) // 2]
             row.append(f"{name} {s * 1e3:8.2f} ms {2 * macs / s / 1e9:6.1f} GFLOP/s {kv_bytes / s / 1e9:5.1f} GB/s")

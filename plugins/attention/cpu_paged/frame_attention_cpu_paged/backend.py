@@ -15,7 +15,7 @@ class CpuPagedAttention(AttentionBackend):
     together (each K/V row is read once for all of them) and keeps an online softmax in float32. Queries and
     outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16. A sliding window starts each
     query's walk at its window and masks the keys before it; a soft-cap maps scores through ``c * tanh(s / c)``. Both
-    run on the kernel's generic loops (compiler-vectorised), not its AVX-512 paths.
+    run on the kernel's generic loops (compiler-vectorised), not its AVX-512 or AVX2 paths.
     """
 
     accepts_strided_tokens = True

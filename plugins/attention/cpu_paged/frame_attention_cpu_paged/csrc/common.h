@@ -19,6 +19,7 @@
 namespace frame_cpu_paged {
 
 constexpr int kDirectMaxRows = 8;   // up to this many rows an item takes the direct (decode) path
+constexpr int kChunk = 16;          // keys per online-softmax step of the float path
 constexpr float kMasked = -1e30f;   // finite "minus infinity": the exp below clamps it to ~0 and never NaNs
 
 // exp(x) for x <= 0, vectorisable (no libm call): 2^n * exp(t) with n = round(x / ln 2), |t| <= ln(2) / 2 and a
@@ -65,6 +66,18 @@ struct WorkItem {
   int32_t seq;
   int32_t first_token;  // index among the sequence's new tokens
   int32_t num_tokens;
+};
+
+// The float path: one KV head's rows of an item: queries, accumulators, where the first row's token sits, and the layer's
+// sliding window and soft-cap (0: none).
+struct HeadRows {
+  const float* q;
+  float* acc;
+  float* max;
+  float* sum;
+  int64_t rows, groups, first_pos;
+  int64_t window;
+  float softcap;
 };
 
 template <typename cache_t, typename query_t>

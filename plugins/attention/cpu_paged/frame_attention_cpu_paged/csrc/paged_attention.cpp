@@ -12,9 +12,11 @@
 // - This file, for everything else (float32, float16, other head sizes, other CPUs), 16 keys a step. Few query
 //   rows (decodes) take dot products along head_dim, one K row at a time; many rows (prefill tiles) first
 //   transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain. Both have AVX-512
-//   versions (head_dim a multiple of 16) beside generic loops the compiler vectorises.
+//   versions (head_dim a multiple of 16, below) and AVX2 ones (head_dim a multiple of 8, avx2_path.h) beside
+//   generic loops the compiler vectorises (other head sizes, windows, soft-caps, other ISAs).
 
 #include "common.h"
+#include "avx2_path.h"
 #include "bf16_path.h"
 
 #include <torch/library.h>
@@ -27,7 +29,6 @@ namespace {
 
 using namespace frame_cpu_paged;
 
-constexpr int kChunk = 16;          // keys per online-softmax step
 constexpr int kTargetRows = 192;    // query rows (tokens x grouped heads) a prefill tile aims for
 constexpr int kPrefetchAhead = 24;  // keys: about one chunk of compute ahead of the loads
 
@@ -84,18 +85,6 @@ struct Accumulator {
     max.assign(rows, kMasked);
     sum.assign(rows, 0.0f);
   }
-};
-
-// One KV head's rows of an item: queries, accumulators, where the first row's token sits, and the layer's
-// sliding window and soft-cap (0: none).
-struct HeadRows {
-  const float* q;
-  float* acc;
-  float* max;
-  float* sum;
-  int64_t rows, groups, first_pos;
-  int64_t window;
-  float softcap;
 };
 
 // Fold one chunk's scores s[0..kChunk) (real keys in [first, valid)) of a row into the running softmax; vrows
@@ -245,32 +234,48 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
   const int64_t begin = p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) : 0;
   const bool direct = head_rows <= kDirectMaxRows;
   const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+  constexpr bool kAvx2 = D > 0 && D % 8 == 0;
+#else
+  constexpr bool kAvx2 = false;
+#endif
+  // The AVX2 path reads a float32 pool's rows where they lie (V always, K for decodes): a decode's context is
+  // read once instead of copied and read again.
+  const bool avx2 = kAvx2 && !p.limited();
+  const bool in_place = avx2 && std::is_same_v<cache_t, float>;
+  const bool convert_v = !in_place, convert_k = !in_place || !direct;
   for (int64_t pos = begin; pos < std::min<int64_t>(begin + kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
   for (int64_t k0 = begin; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
-    // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
-    // so this reads each block front to back. The block table is walked without a division per key.
+    // Where each of the chunk's keys sits in the pool; the block table is walked without a division per key.
+    int64_t bases[kChunk];
     int64_t block = k0 / p.block_size, offset = k0 % p.block_size;
     for (int j = 0; j < n; ++j) {
       if (k0 + j + kPrefetchAhead < end) prefetch_key(p, table, k0 + j + kPrefetchAhead);
-      const int64_t base = (table[block] * p.block_size + offset) * kv_heads * dim;
+      bases[j] = (table[block] * p.block_size + offset) * kv_heads * dim;
       if (++offset == p.block_size) {
         offset = 0;
         ++block;
       }
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        const cache_t* k = p.k_cache + base + h * dim;
-        const cache_t* v = p.v_cache + base + h * dim;
-        float* vd = vbuf.data() + h * head_stride + j * dim;
-        float* kd = kbuf.data() + h * head_stride;
-        for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
-        if (direct) {
-          for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
-        } else {
-          for (int64_t d = 0; d < dim; ++d) kd[d * kChunk + j] = to_float(k[d]);
-        }
-      }
     }
+    // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
+    // so this reads each block front to back.
+    if (convert_v || convert_k)
+      for (int j = 0; j < n; ++j)
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          const cache_t* k = p.k_cache + bases[j] + h * dim;
+          const cache_t* v = p.v_cache + bases[j] + h * dim;
+          float* vd = vbuf.data() + h * head_stride + j * dim;
+          float* kd = kbuf.data() + h * head_stride;
+          if (convert_v)
+            for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
+          if (!convert_k) continue;
+          if (direct) {
+            for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
+          } else {
+            for (int64_t d = 0; d < dim; ++d) kd[d * kChunk + j] = to_float(k[d]);
+          }
+        }
     if (!direct)
       for (int64_t h = 0; h < kv_heads; ++h)
         for (int j = n; j < kChunk; ++j)
@@ -289,6 +294,25 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         }
       }
 #endif
+      if constexpr (kAvx2) {
+        if (avx2) {
+          // Row pointers: into the pool or the converted chunk. Keys past n repeat the first (finite, masked).
+          const float* k_rows[kChunk];
+          const float* v_rows[kChunk];
+          for (int j = 0; j < kChunk; ++j) {
+            const int key = j < n ? j : 0;
+            if constexpr (std::is_same_v<cache_t, float>) {
+              k_rows[j] = in_place && direct ? p.k_cache + bases[key] + h * dim : kt + key * dim;
+              v_rows[j] = in_place ? p.v_cache + bases[key] + h * dim : vr + key * dim;
+            } else {
+              k_rows[j] = kt + key * dim;
+              v_rows[j] = vr + key * dim;
+            }
+          }
+          avx2::chunk<D>(rows, kt, k_rows, v_rows, k0, n, direct);
+          continue;
+        }
+      }
       generic_chunk<D>(rows, kt, vr, k0, n, direct, dim);
     }
   }
