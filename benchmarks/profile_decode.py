@@ -28,8 +28,9 @@ from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 
 SMOLLM2_135M = dict(
     architecture="LlamaForCausalLM", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
-    num_heads=9, num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True, qkv_bias=False,
+    num_heads=9, num_kv_heads=3, head_dim=64, norm_eps=1e-5, tie_word_embeddings=True, qkv_bias=False,
     o_bias=False, mlp_bias=False, max_position_embeddings=8192, rope={"rope_type": "default", "rope_theta": 1e5},
+    windows=(None,) * 30,
 )
 
 
@@ -64,9 +65,7 @@ def build(batch: int, min_ctx: int, max_ctx: int, dtype: torch.dtype, block_size
 
 def step(model, backend, ids, pos, caches, meta) -> torch.Tensor:
     """One decode step as the runner runs it: prepare, forward, logits."""
-    meta.extras.clear()
-    backend.prepare(meta)
-    return model.compute_logits(model(ids, pos, caches, meta))
+    return model.compute_logits(model(ids, pos, caches, backend.build_metadata(meta)))
 
 
 def compare(parts: tuple, target: str, steps: int) -> None:
