@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from frame.bench.driver import drive, warm_up
+from frame.bench.hf_export import export_folder
 from frame.config import build_config, parse_key_values
 from frame.engine.core import EngineCore
 from frame.model_source import ModelSource
-from frame.paths import cache_root
 from frame.workloads import load_workloads
 from rich.console import Console
 from rich.table import Table
@@ -224,35 +224,12 @@ class VllmProcess:
 def export_hf_folder(source: ModelSource, dtype: str) -> Path:
     """The checkpoint as a Hugging Face folder (safetensors + config + tokenizer) that vLLM's CPU build can load.
 
-    vLLM's GGUF path does not serve Q4_1 on the CPU, so both systems run the same dequantised weights: transformers
-    reads the GGUF (its own dequantiser) and saves them once under ``$FRAME_CACHE_DIR/hf-export/``.
+    vLLM's GGUF path does not serve Q4_1 on the CPU, so both systems run the same dequantised weights, exported
+    once by :func:`frame.bench.hf_export.export_folder`.
     """
-    import hashlib
-
     import torch
-    from transformers import AutoModelForCausalLM
 
-    if not source.is_gguf:
-        return source.path
-    key = hashlib.sha256(f"{source.path}:{source.path.stat().st_mtime_ns}:{dtype}".encode()).hexdigest()[:24]
-    folder = cache_root() / "hf-export" / key
-    if not (folder / "config.json").is_file():
-        from safetensors.torch import save_file
-
-        model = AutoModelForCausalLM.from_pretrained(source.path.parent, gguf_file=source.path.name,
-                                                     dtype=getattr(torch, dtype))
-        # transformers refuses to save a GGUF-loaded model, so write its (dequantised) tensors directly.
-        state = {k: v.contiguous() for k, v in model.state_dict().items()}
-        if model.config.tie_word_embeddings:
-            state.pop("lm_head.weight", None)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.save_pretrained(folder)
-        source.tokenizer.save_pretrained(folder)
-    return folder
+    return export_folder(source, getattr(torch, dtype))
 
 
 def vllm_missing(python: str | None) -> str | None:

