@@ -17,6 +17,10 @@ Datasets:
   unshuffled): conversations that share a system prompt, each turn resending the conversation so far, so a
   server with a prefix cache finds most of each prompt computed.
 
+Before every run each server's prefix cache is emptied (``POST /reset_prefix_cache``: frame serve's
+``--enable-reset-prefix-cache``, vLLM's dev mode), so every round starts cold; ``--keep-prefix-cache`` skips that,
+and then the rounds after the first find the same seeded prompts cached.
+
 For each server, dataset and concurrency: output throughput, TTFT and TPOT medians and p99s, failed requests,
 and the CPU seconds its API process and its engine (every other process of its tree) used during the run.
 """
@@ -88,6 +92,14 @@ class Server:
             with contextlib.suppress(OSError):
                 os.kill(pid, signum)
 
+    def reset_prefix_cache(self) -> None:
+        """Empty the server's prefix cache; raise when it says it could not."""
+        resp = httpx.post(f"{self.base_url}/reset_prefix_cache", timeout=60)
+        resp.raise_for_status()
+        if resp.headers.get("content-type", "").startswith("application/json") and \
+                resp.json().get("success") is False:
+            raise RuntimeError(f"{self.name} could not reset its prefix cache")
+
     def cpu_split(self) -> tuple[float, float]:
         """CPU seconds so far of the API process, and of every other process of the tree (engine, workers)."""
         tree = process_tree(self.proc.pid)
@@ -135,6 +147,8 @@ def bench_command(args: argparse.Namespace, server: Server, folder: Path, datase
 def measure(args: argparse.Namespace, server: Server, others: list[Server], cmd: list[str], out: Path,
             console: Console) -> dict[str, Any]:
     """One benchmark run against ``server`` with the others paused."""
+    if not args.keep_prefix_cache:
+        server.reset_prefix_cache()
     for other in others:
         other.signal(signal.SIGSTOP)
     api0, engine0 = server.cpu_split()
@@ -159,11 +173,12 @@ def measure(args: argparse.Namespace, server: Server, others: list[Server], cmd:
 def start_servers(args: argparse.Namespace, folder: Path, logs: Path) -> list[Server]:
     frame_cmd = [str(Path(sys.executable).with_name("frame")), "serve", "--model", str(folder),
                  "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.frame_port),
-                 "--max-model-len", str(args.max_model_len), *args.frame_arg]
+                 "--max-model-len", str(args.max_model_len), "--enable-reset-prefix-cache", *args.frame_arg]
     preload = vllm_preload(args.vllm_python)
     # Serving, each engine leaves one core to its API process: vLLM's default (compare_vllm.py, offline, turns it
     # off) and frame serve's (reserved_cores). --vllm-reserved-cpus 0 and --frame-arg=--reserved-cores=0 undo it.
     vllm_env = {**VLLM_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(args.vllm_reserved_cpus),
+                "VLLM_SERVER_DEV_MODE": "1",  # serves /reset_prefix_cache
                 **({"LD_PRELOAD": preload} if preload else {})}
     vllm_cmd = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                 "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.vllm_port),
@@ -210,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-arg", action="append", default=[], help="extra vLLM api_server argument")
     parser.add_argument("--vllm-reserved-cpus", type=int, default=1,
                         help="VLLM_CPU_NUM_OF_RESERVED_CPU: cores vLLM's engine leaves to its API process")
+    parser.add_argument("--keep-prefix-cache", action="store_true",
+                        help="do not empty the servers' prefix caches before each run")
     parser.add_argument("--only", choices=["frame", "vllm"], default=None)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one benchmark run may take")
     parser.add_argument("--seed", type=int, default=0)

@@ -103,7 +103,7 @@ def stop_serve(server: Server) -> None:
 LIMITS = {"tokenize_timeout_s": 3.0, "header_timeout_s": 3.0, "body_timeout_s": 3.0, "inproc_max_connections": 48}
 MP_ARGS = ["--max-n", "8", "--max-logprobs", "5", "--max-waiting-requests", "256", "--trust-request-chat-template",
            "--tokenize-timeout", str(LIMITS["tokenize_timeout_s"]), "--header-timeout", str(LIMITS["header_timeout_s"]),
-           "--body-timeout", str(LIMITS["body_timeout_s"])]
+           "--body-timeout", str(LIMITS["body_timeout_s"]), "--enable-reset-prefix-cache"]
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a chat template may render, or a prompt tokenise, before a 400")
     server.add_argument("--tool-parser", default="hermes", metavar="NAME",
                         help="tool-call parser plugin for chat completions with tool_choice auto (default: hermes)")
+    server.add_argument("--enable-reset-prefix-cache", action="store_true",
+                        help="serve POST /reset_prefix_cache, which empties the prefix cache (benchmarks resending "
+                             "the same prompts start each run cold); off by default, as in vLLM")
     server.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     limits = parser.add_argument_group("request limits")
     limits.add_argument("--max-n", type=int, default=16, help="most completions per request")
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
         tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=args.tool_parser,
+        enable_reset_prefix_cache=args.enable_reset_prefix_cache,
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
                             max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,
                             max_prompt_chars=args.max_prompt_chars),

@@ -144,7 +144,9 @@ class EngineCore:
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached prefix (benchmarks start each run cold); False while requests hold blocks."""
-        return self.cache.reset()
+        done = self.cache.reset()
+        self._stats.prefix_cache_resets += int(done)
+        return done
 
     def add_request(self, req: EngineRequest) -> None:
         self.check_request(req)

@@ -54,7 +54,8 @@ class EngineStats(msgspec.Struct, kw_only=True):
     """A snapshot of the engine core's gauges and counters (for /metrics and benchmarks).
 
     ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step.
-    ``spec_*``: speculative decoding's drafts verified, drafts kept, and steps that verified drafts."""
+    ``spec_*``: speculative decoding's drafts verified, drafts kept, and steps that verified drafts.
+    ``prefix_cache_resets``: resets that emptied the prefix cache (one asked while requests hold blocks does not)."""
 
     num_running: int = 0
     num_waiting: int = 0
@@ -74,6 +75,7 @@ class EngineStats(msgspec.Struct, kw_only=True):
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_verifications: int = 0
+    prefix_cache_resets: int = 0
 
     @property
     def spec_acceptance_rate(self) -> float:

@@ -110,6 +110,8 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     install_error_handlers(app)
     for module in (routes, completions, chat):
         app.include_router(module.router)
+    if settings.enable_reset_prefix_cache:
+        app.include_router(routes.cache_router)
     install_openapi(app, settings)
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, api_keys=settings.api_keys, salt_by_key=settings.salt_by_key)

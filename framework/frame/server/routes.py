@@ -19,6 +19,8 @@ from frame.server.state import ServerState
 from frame.version import __version__
 
 router = APIRouter()
+#: Served only with ``--enable-reset-prefix-cache`` (vLLM serves its twin only in its dev mode).
+cache_router = APIRouter()
 
 
 @router.get("/health")
@@ -65,6 +67,19 @@ async def detokenize(req: DetokenizeRequest, state: ServerState = Depends(get_st
     check_model(req.model, state.model_names)
     check_token_ids(req.tokens, state.info.vocab_size, "tokens")
     return {"prompt": await state.prompts.decode(req.tokens)}
+
+
+@cache_router.post("/reset_prefix_cache")
+async def reset_prefix_cache(state: ServerState = Depends(get_state)) -> dict[str, bool]:
+    """Empty every engine core's prefix cache, so a benchmark's next run starts cold. ``success`` is false where a
+    core still had requests holding blocks (it keeps its cache then). The reset and the stats read after it travel
+    the same ordered channel, so the stats show whether each core did it."""
+    before = await state.client.rank_stats()
+    state.client.reset_prefix_cache()
+    after = await state.client.rank_stats()
+    done = [rank in before and stats.prefix_cache_resets > before[rank].prefix_cache_resets
+            for rank, stats in after.items()]
+    return {"success": bool(done) and all(done)}
 
 
 @router.get("/metrics", response_class=Response)

@@ -61,6 +61,8 @@ class ServerSettings:
     tokenize_timeout_s: float = 10.0
     #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.
     tool_parser: str = "hermes"
+    #: Serve ``POST /reset_prefix_cache`` (benchmarks that resend the same prompts start each run cold).
+    enable_reset_prefix_cache: bool = False
 
     @property
     def salt_by_key(self) -> bool:

@@ -100,7 +100,8 @@ class EngineLoop:
         elif isinstance(msg, GetStats):
             self.send(StatsReply(msg.call_id, self.core.stats()))
         elif isinstance(msg, ResetPrefixCache):
-            self.core.reset_prefix_cache()
+            if not self.core.reset_prefix_cache():
+                log.warning("the prefix cache was not reset: requests still hold blocks")
         elif isinstance(msg, Shutdown):
             return False
         return True
