@@ -1,10 +1,10 @@
 """Tensor parallelism on this CPU: two worker processes over gloo give the greedy tokens of one process.
 
-Float32 on the bundled SmolLM2 (9 query / 3 KV heads: ranks of 6 + 3 query heads over 2 + 1 KV heads) and on tiny
-random Llama, Mistral and Qwen2 checkpoints made at test time, one with a single KV head that both ranks replicate,
-and on two families built from frame.layers' other blocks: OLMo 2 (query/key norms across heads, whose sums of
-squares the ranks add, a replicated KV head counted once) and Qwen3-MoE (experts split by intermediate features,
-per-head norms, a window).
+Float32 on the bundled SmolLM2 (a Llama with tied embeddings; 9 query / 3 KV heads: ranks of 6 + 3 query heads over
+2 + 1 KV heads) and on tiny random checkpoints made at test time: Qwen2 (untied output, QKV biases), a Llama with a
+single KV head that both ranks replicate (and attention biases), and two families built from frame.layers' other
+blocks: OLMo 2 (query/key norms across heads, whose sums of squares the ranks add, a replicated KV head counted
+once) and Qwen3-MoE (experts split by intermediate features, per-head norms, a window).
 Sums over the ranks add partial products in another order than one process does, so float32 may differ in its
 last bits; greedy tokens must not. bfloat16 (where the CPU has it) passes the near-tie check of
 test_correctness.py instead.
@@ -20,7 +20,6 @@ from frame import LLM, SamplingParams
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
-    MistralConfig,
     Olmo2Config,
     Qwen2Config,
     Qwen3MoeConfig,
@@ -31,8 +30,6 @@ COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_att
               num_key_value_heads=2, max_position_embeddings=512, vocab_size=49152, initializer_range=0.2,
               bos_token_id=1, eos_token_id=2)
 CONFIGS = {
-    "llama": lambda: LlamaConfig(**COMMON, tie_word_embeddings=True),
-    "mistral": lambda: MistralConfig(**COMMON, tie_word_embeddings=False, sliding_window=None),
     "qwen2": lambda: Qwen2Config(**COMMON, tie_word_embeddings=False),
     # One KV head for two ranks: each rank keeps a copy of it and two of the four query heads.
     "llama-replicated-kv": lambda: LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=False,
