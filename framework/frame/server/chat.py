@@ -94,9 +94,15 @@ async def _stream(gen: Generation, req: ChatCompletionRequest, state: ServerStat
     parser = state.tool_parser if plan.mode == "auto" else None
     texts: dict[int, str] = {}  # each choice's text so far
     shown: dict[int, int] = {}  # how much of it went out as content
-    yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                  "finish_reason": None} for i in range(req.n)])
+    role = chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                   "finish_reason": None} for i in range(req.n)])
+    # The role goes out with the first token, as vLLM sends it: clients time the first token by the first chunk
+    # (vLLM's `bench serve` does), so a role chunk sent on arrival would report the prefill as decode time.
+    role_sent = False
     async for _, item in gen.deltas():
+        if not role_sent:
+            role_sent = True
+            yield role
         logprobs = chat_logprobs(item.token_ids, item.logprobs, k) if k is not None and item.logprobs else None
         if plan.mode == "none":
             delta = {"content": item.text} if item.text else {}
@@ -121,5 +127,7 @@ async def _stream(gen: Generation, req: ChatCompletionRequest, state: ServerStat
         if delta or logprobs is not None or reason is not None:
             yield chunk([{"index": item.index, "delta": delta, "logprobs": logprobs, "finish_reason": reason,
                           "stop_reason": item.stop_reason}])
+    if not role_sent:
+        yield role
     if req.stream_options is not None and req.stream_options.include_usage:
         yield chunk([], usage=gen.usage(state.settings.prompt_tokens_details))
