@@ -1,4 +1,4 @@
-"""schemathesis against a real `frame serve`: about 1,500 requests built from /openapi.json, the boundary cases of
+"""schemathesis against a real `frame serve`: about 1,900 requests built from /openapi.json, the boundary cases of
 its coverage phase (each limit, one past it, each wrong type, each missing field, unexpected methods) and random
 ones, valid and invalid. Valid ones must get a status, content type and body the schema documents; invalid ones a
 4xx; no 5xx at all. The server's limits keep generation short (at most 2 tokens, n at most 2) and the schema carries
@@ -37,8 +37,8 @@ FUZZ_ARGS = ["--max-tokens-limit", "2", "--max-n", "2", "--max-logprobs", "2", "
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance, negative_data_rejection]
 GENERATION = ("POST /v1/completions", "POST /v1/chat/completions")
-#: (valid, invalid) random requests per operation, on top of about 800 coverage cases. Valid generation requests
-#: run the model, so they are fewer. In all about 1,500 requests, about 40 s on an idle two-core machine (the
+#: (valid, invalid) random requests per operation, on top of about 1,200 coverage cases. Valid generation requests
+#: run the model, so they are fewer. In all about 1,900 requests, about 40 s on an idle two-core machine (the
 #: coverage phase's boundary cases are where the bugs were found; the random phase adds breadth).
 EXAMPLES = {"POST /tokenize": (75, 100), "POST /detokenize": (75, 150), "POST /v1/completions": (20, 150),
             "POST /v1/chat/completions": (15, 100)}
@@ -105,7 +105,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(fuzz_server, metrics)
     assert not recorder.failures, f"{len(recorder.failures)} failure(s) in {total} requests:\n" + "\n".join(
         recorder.failures[:20])
     assert not [k for k in statuses if k[1] >= 500]
-    assert total >= 2000, statuses
+    assert total >= 1500, statuses  # the coverage cases and the random ones all ran
     generated = sum(n for (label, status), n in statuses.items() if label in GENERATION and status == 200)
     assert generated >= 50, statuses  # valid generation requests were answered by the engine
     assert metrics(fuzz_server)["frame_engine_steps_total{rank=0}"] > steps_before
