@@ -154,9 +154,9 @@ class RayExecutor(Executor):
         pending, waited = list(refs), 0.0
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-            failed = [ref for ref in done if self._error_of(ref) is not None]
+            failed = [(ref, err) for ref in done if (err := self._error_of(ref)) is not None]
             if failed:
-                rank, err = self._blame(refs, failed[0])
+                rank, err = self._blame(refs, *failed[0])
                 self.shutdown()
                 raise WorkerDiedError(f"the model worker of rank {rank} failed: {type(err).__name__}: "
                                       f"{str(err).splitlines()[0] if str(err) else ''}") from None
@@ -173,12 +173,10 @@ class RayExecutor(Executor):
             return err
         return None
 
-    def _blame(self, refs: list[Any], first_failed: Any) -> tuple[int, BaseException]:
+    def _blame(self, refs: list[Any], first_failed: Any, first_err: BaseException) -> tuple[int, BaseException]:
         """The rank whose actor died, not a survivor whose collective broke because of it: the survivor's error
         often arrives first, so the other calls get a moment to report an actor death."""
         actor_died = self._ray.exceptions.RayActorError
-        first_err = self._error_of(first_failed)
-        assert first_err is not None
         if not isinstance(first_err, actor_died):
             self._ray.wait(refs, num_returns=len(refs), timeout=BLAME_GRACE_S)
             for rank, ref in enumerate(refs):
