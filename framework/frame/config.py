@@ -75,8 +75,9 @@ class EngineConfig(BaseModel):
     grammar_options: dict[str, Any] = Field(default_factory=dict, description="options of the grammar backend")
     reserved_cores: int | None = Field(
         None, ge=0, description="cores an engine in its own process (frame serve) leaves to the API server: its "
-        "affinity excludes them, so its compute threads never contend with the server's event loop; default: 1 on "
-        "hosts with more than one usable core (as vLLM's CPU backend reserves one), 0 otherwise")
+        "affinity excludes them, so its compute threads never contend with the server's event loop; default: 1 "
+        "where every engine process (one per data-parallel core) keeps at least 4 cores after it, else 0 (on 2 cores a "
+        "reserved core cost the engine a third of its served throughput; vLLM's CPU backend always reserves one)")
     quantization: str | None = Field(
         None, description="quantization plugin that keeps the linear weights quantized (gguf: a GGUF's blocks kept "
         "packed; int8: per output channel); default: the checkpoint's quantization_config, else dense weights")

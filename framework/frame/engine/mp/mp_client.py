@@ -27,16 +27,24 @@ from frame.engine.mp.proc import CONFIG_ENV
 WATCH_INTERVAL_S = 0.2
 
 
+#: The default leaves the API server a core only where every engine keeps at least this many after it. On 2 cores,
+#: leaving one halves the engine's compute for a server that used under 2% of a core: at concurrency 8 and 32 frame
+#: served 1.5x the tokens with the engine on both cores (docs/performance.md, "Serving").
+MIN_ENGINE_CORES_TO_RESERVE = 4
+
+
 def cores_for_engine(reserved: int | None, engines: int = 1) -> list[int] | None:
     """The cores an engine process may use when ``reserved`` of this process's cores are left to the API server
     (None: 1 where, after it, every one of the ``engines`` engine processes of this host, one per data-parallel
-    core, still has a core of its own); None when the engine should keep them all. With 2 cores and torch's
-    threads spinning on both, the server's event loop and the engine's OpenMP barriers preempt each other: on this
-    repository's 2-core machine a single stream ran 10x slower (docs/performance.md)."""
+    core, still has ``MIN_ENGINE_CORES_TO_RESERVE`` cores, else 0); None when the engine should keep them all.
+    A reserved core keeps the server's event loop and the engine's OpenMP barriers from preempting each other,
+    which matters on a busy host (docs/performance.md)."""
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    keep = len(cores) - (reserved if reserved is not None else (1 if len(cores) > max(1, engines) else 0))
+    if reserved is None:
+        reserved = 1 if len(cores) - 1 >= MIN_ENGINE_CORES_TO_RESERVE * max(1, engines) else 0
+    keep = len(cores) - reserved
     if reserved == 0 or keep >= len(cores):
         return None
     return cores[:max(1, keep)]
