@@ -32,8 +32,10 @@ class EngineConfig(BaseModel):
     num_kv_blocks: int | None = Field(None, ge=1, description="KV pool size in blocks; overrides kv_cache_fraction")
     kv_cache_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of the platform's memory budget for KV")
     max_num_seqs: int = Field(256, ge=1, description="most sequences running at once")
-    # 4096 as vLLM's CPU default: on the mixed-batch benchmark it ran 3% faster than 2048 (fewer, fuller steps).
-    max_num_batched_tokens: int = Field(4096, ge=1, description="token budget of one step")
+    # 4096 as vLLM's offline CPU default: on the mixed-batch benchmark it ran 3% faster than 2048 (fewer, fuller
+    # steps). Serving, with requests arriving while others decode, 2048 is faster (frame.cli.serve).
+    max_num_batched_tokens: int = Field(4096, ge=1, description="token budget of one step (frame serve: 2048 unless "
+                                        "set, with chunked prefill on)")
     enable_chunked_prefill: bool = Field(True, description="prefill long prompts over several steps")
     platform: str = Field("auto", description="platform plugin; auto: the best available")
     attn: str = Field("auto", description="attention plugin; auto: the platform's choice")

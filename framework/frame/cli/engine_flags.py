@@ -47,9 +47,10 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                                help=field.description)
 
 
-def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """The EngineConfig of ``--config`` merged with the flags given."""
-    file_values = load_yaml(args.config) if args.config else None
+def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> EngineConfig:
+    """The EngineConfig of ``--config`` merged with the flags given; ``defaults`` (a command's own) fill in the keys
+    that neither sets."""
+    file_values = {**(defaults or {}), **(load_yaml(args.config) if args.config else {})}
     flags: dict[str, Any] = {}
     for name in EngineConfig.model_fields:
         value = getattr(args, name, None)
