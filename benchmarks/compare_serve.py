@@ -175,8 +175,9 @@ def start_servers(args: argparse.Namespace, folder: Path, logs: Path) -> list[Se
                  "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.frame_port),
                  "--max-model-len", str(args.max_model_len), "--enable-reset-prefix-cache", *args.frame_arg]
     preload = vllm_preload(args.vllm_python)
-    # Serving, each engine leaves one core to its API process: vLLM's default (compare_vllm.py, offline, turns it
-    # off) and frame serve's (reserved_cores). --vllm-reserved-cpus 0 and --frame-arg=--reserved-cores=0 undo it.
+    # Each server on its default core split: vLLM's engine leaves one core to its API process
+    # (VLLM_CPU_NUM_OF_RESERVED_CPU=1; compare_vllm.py, offline, turns it off), frame's only where 4 remain
+    # (reserved_cores). --vllm-reserved-cpus 0 and --frame-arg=--reserved-cores=1 change them.
     vllm_env = {**VLLM_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(args.vllm_reserved_cpus),
                 "VLLM_SERVER_DEV_MODE": "1",  # serves /reset_prefix_cache
                 **({"LD_PRELOAD": preload} if preload else {})}
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one benchmark run may take")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep both servers' logs in this folder (vLLM's shows its prompt and generation rates)")
     args = parser.parse_args(argv)
     console = Console(width=max(140, Console().width))
     why_not = vllm_missing(args.vllm_python)
@@ -243,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-serve-") as tmp:
         jsonl = Path(tmp) / "multi_turn.jsonl"
         num_multi_turn = write_multi_turn(source.tokenizer, jsonl, args.seed)
-        servers = start_servers(args, folder, Path(tmp))
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        servers = start_servers(args, folder, logs)
         if args.only:
             servers[[s.name for s in servers].index("frame" if args.only == "vllm" else "vllm")].stop()
             servers = [s for s in servers if s.name == args.only]

@@ -10,6 +10,7 @@ per-step split (schedule, prepare, forward, logits+sample, update) comes from ti
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import time
 from collections import defaultdict
@@ -47,7 +48,8 @@ def instrument(engine: EngineCore) -> dict[str, float]:
     engine.scheduler.schedule = _timed(phases, "schedule", engine.scheduler.schedule)  # type: ignore[method-assign]
     engine.scheduler.update = _timed(phases, "update", engine.scheduler.update)  # type: ignore[method-assign]
     runner.apply_plan = _timed(phases, "apply_plan", runner.apply_plan)  # type: ignore[method-assign]
-    runner.prepare = _timed(phases, "prepare", runner.prepare)  # type: ignore[method-assign]
+    runner.gather = _timed(phases, "gather", runner.gather)  # type: ignore[method-assign]
+    runner.to_device = _timed(phases, "to_device", runner.to_device)  # type: ignore[method-assign]
     runner.attention.build_metadata = _timed(phases, "attn.metadata",  # type: ignore[method-assign]
                                              runner.attention.build_metadata)
     runner.model.forward = _timed(phases, "forward", runner.model.forward)  # type: ignore[method-assign]
@@ -91,7 +93,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--steps", action="store_true", help="print every step: sequences, tokens, milliseconds")
+    parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a workload parameter (JSON value), e.g. num_requests=32 or prompt_len=[200,200]")
     args = parser.parse_args()
+    params = {**ISSUE_PARAMS.get(args.workload, {}),
+              **{k: json.loads(v) for k, v in (opt.split("=", 1) for opt in args.workload_opt)}}
 
     t0 = time.perf_counter()
     engine = EngineCore(build_config(
@@ -101,7 +107,7 @@ def main() -> None:
     print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "
           f"interop {torch.get_num_interop_threads()}, dtype {engine.selection.dtype}, "
           f"attention {engine.selection.attn}")
-    requests = WORKLOADS[args.workload].generate(engine.source.tokenizer, **ISSUE_PARAMS.get(args.workload, {}))
+    requests = WORKLOADS[args.workload].generate(engine.source.tokenizer, **params)
     warm_up(engine)
     for _ in range(args.repeat):
         engine.cache.reset()
