@@ -30,7 +30,7 @@ def test_cores_for_engine(monkeypatch, host: set[int], reserved: int | None, exp
     ({0, 1, 2, 3}, None, 8, None),
     ({0, 1}, 1, 2, [0]),                              # asked for: the server gets its core anyway
 ])
-def test_a_core_is_left_to_the_server_only_when_every_engine_keeps_one(
+def test_a_core_is_left_to_the_server_only_when_every_engine_keeps_four(
         monkeypatch, host: set[int], reserved: int | None, engines: int, expected: list[int] | None) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(host))
     assert cores_for_engine(reserved, engines) == expected

@@ -44,10 +44,9 @@ def cores_for_engine(reserved: int | None, engines: int = 1) -> list[int] | None
     cores = sorted(os.sched_getaffinity(0))
     if reserved is None:
         reserved = 1 if len(cores) - 1 >= MIN_ENGINE_CORES_TO_RESERVE * max(1, engines) else 0
-    keep = len(cores) - reserved
-    if reserved == 0 or keep >= len(cores):
+    if reserved == 0:
         return None
-    return cores[:max(1, keep)]
+    return cores[:max(1, len(cores) - reserved)]
 
 
 class MPEngineClient(EngineClient):
