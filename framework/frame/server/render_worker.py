@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints land in the log, not in the frames
     inp = sys.stdin.buffer
-    from frame.engine.mp.proc import watch_parent
+    from frame.parent_watch import watch_parent
 
     watch_parent(args.parent_pid)
     decoder = msgspec.msgpack.Decoder(ToWorker)

@@ -29,7 +29,7 @@ from frame.engine.executor.messages import (
     decode_to_worker,
     encode,
 )
-from frame.engine.mp.proc import watch_parent
+from frame.parent_watch import watch_parent
 
 CONFIG_ENV = "FRAME_ENGINE_CONFIG"
 MAX_MODEL_LEN_ENV = "FRAME_MAX_MODEL_LEN"

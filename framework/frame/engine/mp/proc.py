@@ -9,41 +9,20 @@ sends :class:`Ready` (or :class:`Failed`), then runs the :class:`EngineLoop`. It
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import logging
 import os
 import signal
 import sys
-import threading
-import time
 import traceback
 
 import zmq
 
 from frame.engine.mp.messages import Failed, FromEngine, ToEngine, decode_to_engine, encode
+from frame.parent_watch import watch_parent
 
 CONFIG_ENV = "FRAME_ENGINE_CONFIG"
-_PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("frame.engine.proc")
-
-
-def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
-    """Exit this process as soon as ``parent_pid`` is no longer its parent."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    def poll() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
-            time.sleep(interval_s)
-
-    if os.getppid() != parent_pid:
-        os._exit(1)
-    threading.Thread(target=poll, name="parent-watch", daemon=True).start()
 
 
 class _Sockets:
