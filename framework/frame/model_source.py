@@ -9,6 +9,10 @@ takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +37,20 @@ def default_model_path() -> Path:
             param="model",
         )
     return Path(spec.origin).parent / _DEFAULT_FILE
+
+
+def _save_into(folder: Path, save: Callable[[Path], Any], last: str) -> None:
+    """``save(dir)``'s files moved into ``folder`` one rename each, ``last`` (the file readers check for) after the
+    rest: a process that reads the cache while another fills it (an engine core and its API server starting
+    together) sees either no ``last`` or every file whole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder))
+    try:
+        save(staging)
+        for file in sorted(staging.iterdir(), key=lambda f: f.name == last):
+            os.replace(file, folder / file.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @dataclass
@@ -86,8 +104,7 @@ class ModelSource:
         where, kwargs = self._hf_args()
         config = AutoConfig.from_pretrained(where, **kwargs)
         if self.is_gguf:
-            self._gguf_cache.mkdir(parents=True, exist_ok=True)
-            config.save_pretrained(self._gguf_cache)
+            _save_into(self._gguf_cache, config.save_pretrained, last="config.json")
         return config
 
     @cached_property
@@ -100,8 +117,7 @@ class ModelSource:
         where, kwargs = self._hf_args()
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         if self.is_gguf:
-            self._gguf_cache.mkdir(parents=True, exist_ok=True)
-            tokenizer.save_pretrained(self._gguf_cache)
+            _save_into(self._gguf_cache, tokenizer.save_pretrained, last="tokenizer_config.json")
         return tokenizer
 
     @property
