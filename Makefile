@@ -25,9 +25,13 @@ $(STAMP): pyproject.toml $(PLUGINS)
 
 # The suite runs servers, engine processes and clients at once on 2 cores: passive OpenMP waits keep
 # oversubscribed torch threads from spinning against each other (on an idle host, serving, torch's active
-# default is faster: see docs/performance.md).
+# default is faster: see docs/performance.md). Two pytest workers, each taking whole files (so a module's
+# server starts once): most tests wait on a server, a model load or a subprocess, and the other worker uses that
+# core meanwhile (23 minutes in one process, 15 in two, on the 2-core development machine). More workers than
+# two would each hold their own session fixtures' models, so TEST_WORKERS stays 2 unless RAM is plentiful.
+TEST_WORKERS ?= 2
 test: setup
-	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/pytest -q
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 serve: setup
 	$(VENV)/bin/frame serve --host 127.0.0.1 --port 8000
