@@ -240,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     if why_not is not None:
         console.print(f"[red]vLLM cannot run:[/red] {why_not} (its benchmark client is vLLM's, so it is needed)")
         return 1
+    if "multi_turn" in args.dataset and subprocess.run([args.vllm_python, "-c", "import pandas"],
+                                                       capture_output=True).returncode != 0:
+        console.print("[red]vLLM's custom-dataset reader needs pandas, which its environment lacks:[/red] run "
+                      f"`{Path(args.vllm_python).parent / 'pip'} install pandas`, or pass --dataset random.")
+        return 1
     source = ModelSource.open(None)
     folder = export_hf_folder(source, args.dtype)
     rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
