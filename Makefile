@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml $(PLUGINS)
 # oversubscribed torch threads from spinning against each other (on an idle host, serving, torch's active
 # default is faster: see docs/performance.md). Two pytest workers, each taking whole files (so a module's
 # server starts once): most tests wait on a server, a model load or a subprocess, and the other worker uses that
-# core meanwhile (23 minutes in one process, 15 in two, on the 2-core development machine). More workers than
-# two would each hold their own session fixtures' models, so TEST_WORKERS stays 2 unless RAM is plentiful.
-TEST_WORKERS ?= 2
+# core meanwhile (23 minutes in one process, 15 in two, on the 2-core development machine). Each worker holds its
+# own session fixtures (servers, models): two peaked at 20 of 23.5 GiB there, so a host with less than 20 GiB
+# available gets one worker. TEST_WORKERS=N overrides.
+TEST_WORKERS ?= $(shell awk '/^MemAvailable:/ {print ($$2 >= 20 * 1024 * 1024) ? 2 : 1}' /proc/meminfo 2>/dev/null || echo 1)
 test: setup
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
