@@ -21,6 +21,8 @@ from typing import Any, BinaryIO, Union
 
 import msgspec
 
+from frame.parent_watch import watch_parent
+
 _LENGTH = struct.Struct(">I")
 #: Longest error message sent back (a template error may quote its whole input).
 MAX_MESSAGE_CHARS = 300
@@ -127,8 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints land in the log, not in the frames
     inp = sys.stdin.buffer
-    from frame.parent_watch import watch_parent
-
     watch_parent(args.parent_pid)
     decoder = msgspec.msgpack.Decoder(ToWorker)
     data = _read(inp)
