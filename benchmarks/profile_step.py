@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--cache", default="hashchain")
     parser.add_argument("--attn", default="auto")
+    parser.add_argument("--quantization", default=None, help="a quantization plugin (gguf keeps the GGUF's blocks)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
@@ -101,7 +102,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     engine = EngineCore(build_config(
-        None, dtype=args.dtype, cache=args.cache, attn=args.attn,
+        None, dtype=args.dtype, cache=args.cache, attn=args.attn, quantization=args.quantization,
         platform_options={"threads": args.threads} if args.threads else None,
     ))
     print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "

@@ -86,7 +86,8 @@ class CpuPlatform(Platform):
             paths["float32"] = "avx2 packed linear"
         bf16 = probe.bf16_path()
         if bf16 == "avx512_bf16":
-            paths["bfloat16"] = "avx512_bf16 packed linear"
+            paths["bfloat16"] = ("amx packed linear (AMX BF16 tiles)" if kernels.amx_usable()
+                                 else "avx512_bf16 packed linear")
         elif bf16 == "avx2":
             paths["bfloat16"] = "avx2 packed linear (bfloat16 storage, float32 arithmetic)"
         elif bf16 is not None:
