@@ -1,12 +1,16 @@
-// This CPU's floor for the AVX2 and AVX-512 classes: float32 FMA peak (GFLOP/s) and memory read bandwidth (GB/s),
-// on every thread OpenMP gives it. (`bf16_peak.cpp` measures the AVX-512 BF16 dot-product peak.)
+// This CPU's floor for every x86 class: float32 FMA peak (GFLOP/s), the int8 dot-product peak of AVX-512 VNNI and
+// the AMX tiles' bfloat16 and int8 peaks where the CPU has them (GOP/s), and read bandwidth (GB/s) from memory and
+// from a footprint the size of a small model's weights, on every thread OpenMP gives it. (`bf16_peak.cpp`
+// measures the AVX-512 BF16 dot-product peak.)
 //
 //     g++ -O2 -march=native -fopenmp benchmarks/cpu_floor.cpp -o /tmp/cpu_floor && /tmp/cpu_floor
 //
 // Peak: twelve independent FMA chains per thread in asm (so the compiler cannot merge them), on ymm registers (8
 // float32 lanes, 16 FLOP per FMA) or, where the build has AVX-512F, zmm ones too (16 lanes, 32 FLOP). Bandwidth:
-// each thread sums its share of a 1 GiB float32 array with vector loads, best of five passes; that is what a
-// memory-bound decode step does with the weights (reads them once).
+// each thread sums its share of a float32 array with vector loads, best of five passes; that is what a
+// memory-bound decode step does with the weights (reads them once): 1 GiB comes from DRAM, 96 MiB (SmolLM2-135M's
+// Q4_1 GGUF) may partly stay in a large last-level cache. VNNI: twelve vpdpbusd chains (64 int8 multiply-adds
+// each). AMX: tdpbf16ps / tdpbssd into four accumulator tiles (16 x 16 x 32 or x 64 multiply-adds each).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -42,14 +46,14 @@ static double fma_peak(bool wide) {
   return 12.0 * flop_per_fma * iterations * omp_get_max_threads() / seconds / 1e9;
 }
 
-static double read_bandwidth() {
-  const size_t n = (size_t(1) << 30) / sizeof(float);
+static double read_bandwidth(size_t bytes) {
+  const size_t n = bytes / sizeof(float);
   std::vector<float> data(n);
 #pragma omp parallel for
   for (size_t i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the thread that reads it later
   double best = 0.0;
   volatile float sink = 0.0f;
-  for (int pass = 0; pass < 5; ++pass) {
+  for (int pass = 0; pass < (bytes < (size_t(1) << 28) ? 50 : 5); ++pass) {
     const double start = omp_get_wtime();
     float total = 0.0f;
 #pragma omp parallel for reduction(+ : total)
@@ -73,6 +77,58 @@ static double read_bandwidth() {
   return best;
 }
 
+#if defined(__AVX512VNNI__)
+static double vnni_peak() {
+  const long iterations = 100000000;
+  const double start = omp_get_wtime();
+#pragma omp parallel
+  for (long i = 0; i < iterations; ++i) FMA12("vpdpbusd", "zmm");
+  return 12.0 * 64 * 2 * iterations * omp_get_max_threads() / (omp_get_wtime() - start) / 1e9;
+}
+#endif
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct alignas(64) TileConfig {
+  unsigned char palette = 1, start = 0, reserved[14] = {};
+  unsigned short colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  unsigned char rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Four independent accumulator tiles per thread; `int8` runs tdpbssd (64 inputs per row) instead of tdpbf16ps (32).
+static double amx_peak(bool int8) {
+  if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return 0.0;  // ask Linux for the tile state
+  const long iterations = 20000000;
+  const double start = omp_get_wtime();
+#pragma omp parallel
+  {
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+    alignas(64) static thread_local unsigned char zeros[16 * 64] = {};
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    for (long i = 0; i < iterations; ++i) {
+      if (int8) {
+        _tile_dpbssd(0, 4, 5);
+        _tile_dpbssd(1, 4, 5);
+        _tile_dpbssd(2, 4, 5);
+        _tile_dpbssd(3, 4, 5);
+      } else {
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(1, 4, 5);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_dpbf16ps(3, 4, 5);
+      }
+    }
+    _tile_release();
+  }
+  const double per_tile = 16.0 * 16 * (int8 ? 64 : 32) * 2;
+  return 4 * per_tile * iterations * omp_get_max_threads() / (omp_get_wtime() - start) / 1e9;
+}
+#endif
+
 int main() {
   const int threads = omp_get_max_threads();
   std::printf("threads: %d\n", threads);
@@ -82,6 +138,14 @@ int main() {
 #else
   std::printf("float32 FMA peak, AVX-512 (zmm): not built (this build has no AVX-512F)\n");
 #endif
-  std::printf("memory read bandwidth: %.1f GB/s (best of 5 passes over 1 GiB)\n", read_bandwidth());
+#if defined(__AVX512VNNI__)
+  std::printf("int8 dot-product peak, AVX-512 VNNI (vpdpbusd): %.0f GOP/s\n", vnni_peak());
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
+  std::printf("AMX bfloat16 peak (tdpbf16ps): %.0f GFLOP/s\n", amx_peak(false));
+  std::printf("AMX int8 peak (tdpbssd): %.0f GOP/s\n", amx_peak(true));
+#endif
+  std::printf("memory read bandwidth: %.1f GB/s (best of 5 passes over 1 GiB)\n", read_bandwidth(size_t(1) << 30));
+  std::printf("read bandwidth over 96 MiB: %.1f GB/s (best of 50 passes)\n", read_bandwidth(size_t(96) << 20));
   return 0;
 }

@@ -34,25 +34,26 @@ def load() -> None:
     native.load_library(NAME, SOURCES, CFLAGS)
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor, group: int = 2) -> torch.Tensor:
     """``weight`` [out, in] in ``packed_linear``'s layout: panels of 32 output columns (a last one of 16 when
     ``out`` is an odd multiple of 16), each holding the columns' weights for input pairs side by side,
-    [out / 32][in / 2][32][2], flattened."""
+    [out / 32][in / 2][32][2], flattened. ``group`` 4 puts four inputs side by side instead, [out / 32][in /
+    4][32][4]: the int8 layout of ``w8a8_linear`` (AMX's and VNNI's four bytes per column)."""
     out_features, in_features = weight.shape
     whole = out_features // 32 * 32
-    parts = [weight[:whole].reshape(-1, 32, in_features // 2, 2).permute(0, 2, 1, 3).reshape(-1)]
+    parts = [weight[:whole].reshape(-1, 32, in_features // group, group).permute(0, 2, 1, 3).reshape(-1)]
     if whole < out_features:
-        parts.append(weight[whole:].reshape(-1, 16, in_features // 2, 2).permute(0, 2, 1, 3).reshape(-1))
+        parts.append(weight[whole:].reshape(-1, 16, in_features // group, group).permute(0, 2, 1, 3).reshape(-1))
     return torch.cat(parts).contiguous()
 
 
 def pack_swiglu_weight(weight: torch.Tensor) -> torch.Tensor:
     """SwiGLU's ``[gate | up]`` weight [2 * intermediate, in] for ``packed_swiglu``: each 32-column panel holds 16
     gate columns, then the 16 up columns of the same features."""
-    return pack_weight(_pair_gate_with_up(weight))
+    return pack_weight(pair_gate_with_up(weight))
 
 
-def _pair_gate_with_up(rows: torch.Tensor) -> torch.Tensor:
+def pair_gate_with_up(rows: torch.Tensor) -> torch.Tensor:
     """Reorder ``[gate | up]`` rows (or a bias) as gate 0-15, up 0-15, gate 16-31, up 16-31, ..."""
     intermediate = rows.shape[0] // 2
     return rows.reshape(2, intermediate // 16, 16, *rows.shape[1:]).transpose(0, 1).reshape(rows.shape)
@@ -175,7 +176,7 @@ def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
         return None
     op = _packed_op(in_features, torch.ops.frame_cpu.amx_swiglu.default, torch.ops.frame_cpu.packed_swiglu.default)
     packed = pack_swiglu_weight(weight)
-    paired_bias = None if bias is None else _pair_gate_with_up(bias).float().contiguous()
+    paired_bias = None if bias is None else pair_gate_with_up(bias).float().contiguous()
 
     def swiglu(x: torch.Tensor) -> torch.Tensor | None:
         if x.dtype != torch.bfloat16 or x.dim() != 2:
