@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--shapes", action="store_true", help="the op table per input shape")
     parser.add_argument("--steps", action="store_true", help="print every step: sequences, tokens, milliseconds")
     parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="a workload parameter (JSON value), e.g. num_requests=32 or prompt_len=[200,200]")
@@ -125,9 +126,10 @@ def main() -> None:
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     if args.profile:
         engine.cache.reset()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
             drive(engine, requests)
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+        print(prof.key_averages(group_by_input_shape=args.shapes).table(sort_by="self_cpu_time_total",
+                                                                       row_limit=args.rows))
 
 
 if __name__ == "__main__":

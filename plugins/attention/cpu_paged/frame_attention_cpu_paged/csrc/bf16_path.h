@@ -12,6 +12,7 @@
 // The online softmax runs in float32 over 32 keys a step (two vectors), half the float path's steps.
 #pragma once
 
+#include "amx_decode.h"
 #include "common.h"
 
 #include <vector>
@@ -151,7 +152,13 @@ class Bf16ItemRunner {
   using bf16 = c10::BFloat16;
 
   Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>& cascade)
-      : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys) {}
+      : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys) {
+#if FRAME_PAGED_AMX
+    // 16-key groups of one block load as one tile; a block size that is not a multiple of 16 keeps the vectors.
+    amx_ = p.block_size % 16 == 0 && amx::permitted();
+    if (amx_) queries_t_.assign(p.kv_heads * (D / 32) * 256, 0);
+#endif
+  }
 
   // One piece of a cascade: a group's shared keys for one KV head's rows of some members; saves their state.
   void prefix(const PrefixWork& work) {
@@ -163,7 +170,16 @@ class Bf16ItemRunner {
                   p_.query + p_.query_start[group.seqs[work.first + m]] * p_.query_stride + work.head * groups * D,
                   groups * D * sizeof(uint16_t));
     const int32_t* table = p_.block_tables + group.seqs[0] * p_.table_width;
+#if FRAME_PAGED_AMX
+    if (amx_) {
+      amx::Tiles tiles;
+      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false, true);
+    } else {
+      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
+    }
+#else
     sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
+#endif
     for (int32_t m = 0; m < work.count; ++m)
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t r = m * groups + g;
@@ -203,15 +219,28 @@ class Bf16ItemRunner {
         }
       k_begin = cascade_.shared[item.seq];
     }
-    sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, head_rows <= kDirectMaxRows);
+    const bool direct = head_rows <= kDirectMaxRows;
+#if FRAME_PAGED_AMX
+    if (amx_ && (!direct || k_begin % 16 == 0)) {  // direct rows load K from the pool, 16 slots of a block
+      if (direct)
+        for (int64_t h = 0; h < kv_heads; ++h)
+          amx::transpose_queries<D>(queries_.data() + h * head_rows * D, head_rows,
+                                    queries_t_.data() + h * (D / 32) * 256);
+      amx::Tiles tiles;
+      sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, true);
+      write_out(item, q_start, tokens, groups);
+      return;
+    }
+#endif
+    sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct);
     write_out(item, q_start, tokens, groups);
   }
 
  private:
-  // Empty softmax state for `rows` rows, and room for their queries (zero-padded: the tile path reads queries
-  // four rows at a time).
+  // Empty softmax state for `rows` rows, and room for their queries (zero-padded: the tile paths read queries
+  // four, or on AMX sixteen, rows at a time).
   void start_rows(int64_t rows) {
-    queries_.assign((rows + 3) * D, 0);
+    queries_.assign((rows + 15) * D, 0);  // the AMX path reads 16 rows at a time
     acc_.assign(rows * D, 0.0f);
     max_.assign(rows, kMasked);
     sum_.assign(rows, 0.0f);
@@ -219,8 +248,10 @@ class Bf16ItemRunner {
 
   // Attends the rows to keys [k_begin, k_end) of `table` for KV heads [h_begin, h_end) (head h's rows start
   // at (h - h_begin) * head_rows); the first row's token sits at first_pos.
+  // `tiles`: on AMX (amx_rows for direct rows, whose keys must start at a multiple of 16; amx_tile_rows else), in
+  // an amx::Tiles scope.
   void sweep(const int32_t* table, int64_t k_begin, int64_t k_end, int64_t h_begin, int64_t h_end,
-             int64_t head_rows, int64_t groups, int64_t first_pos, bool direct) {
+             int64_t head_rows, int64_t groups, int64_t first_pos, bool direct, bool tiles = false) {
     const uint16_t* keys[kKeys];
     const uint16_t* values[kKeys];
     int64_t bases[kKeys];
@@ -240,9 +271,21 @@ class Bf16ItemRunner {
           keys[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.k_cache + bases[j] + h * D) : zeros_.data();
           values[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.v_cache + bases[j] + h * D) : zeros_.data();
         }
-        interleave_values(values, n);
+        interleave_values(values, tiles ? kKeys : n);  // the tiles read every pair: zeros past n
         issue_prefetches(kPrefetchBurst);
         const HeadState head{(h - h_begin) * head_rows, head_rows, groups, first_pos, k0, n};
+#if FRAME_PAGED_AMX
+        if (tiles) {
+          if (direct) {
+            amx_rows(head, h, bases);
+          } else {
+            transpose_keys(keys);
+            amx_tile_rows(head);
+          }
+          issue_prefetches(kPrefetchLines);
+          continue;
+        }
+#endif
         if (direct) {
           direct_rows(head, keys);
         } else {
@@ -373,6 +416,60 @@ class Bf16ItemRunner {
     }
   }
 
+#if FRAME_PAGED_AMX
+  // Decode rows of KV head h on AMX tiles (amx_decode.h): the step's scores as S^T from the pool's K rows, the
+  // softmax on vectors, P.V into the accumulators.
+  __attribute__((noinline)) void amx_rows(const HeadState& head, int64_t h, const int64_t* bases) {
+    alignas(64) float s[kKeys * 16];
+    alignas(64) uint32_t probs[16][16] = {};
+    const auto* k0 = reinterpret_cast<const uint16_t*>(p_.k_cache + bases[0] + h * D);
+    const auto* k1 = head.n > 16 ? reinterpret_cast<const uint16_t*>(p_.k_cache + bases[16] + h * D) : nullptr;
+    amx::scores<D>(k0, k1, p_.kv_heads * D * 2, queries_t_.data() + h * (D / 32) * 256, s);
+    const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    const __m512 scale = _mm512_set1_ps(p_.scale);
+    for (int64_t r = 0; r < head.rows; ++r) {
+      const int valid = head.valid(r);
+      if (valid <= 0) continue;
+      const int64_t row = head.row0 + r;
+      const __m512i index = _mm512_add_epi32(column, _mm512_set1_epi32(static_cast<int>(r)));
+      const __m512 lo = _mm512_i32gather_ps(index, s, 4);
+      const __m512 hi = head.n > 16 ? _mm512_i32gather_ps(index, s + 256, 4) : _mm512_setzero_ps();
+      const __m512i pairs = fold32<D>(_mm512_mul_ps(lo, scale), _mm512_mul_ps(hi, scale), valid, max_[row],
+                                      sum_[row], acc_.data() + row * D);
+      _mm512_store_si512(probs[r], pairs);
+    }
+    amx::accumulate<D>(&probs[0][0], vpairs_.data(), head.rows, acc_.data() + head.row0 * D);
+  }
+
+  // Prefill tiles and cascade prefixes on AMX: 16 rows at a time, their 32 scores one tile product against the
+  // transposed keys, the softmax on vectors, P.V into the accumulators.
+  __attribute__((noinline)) void amx_tile_rows(const HeadState& head) {
+    alignas(64) float s[16 * kKeys];
+    alignas(64) uint32_t probs[16][16];
+    const __m512 scale = _mm512_set1_ps(p_.scale);
+    // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
+    const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / 16 * 16;
+    for (int64_t rb = first_seeing; rb < head.rows; rb += 16) {
+      const int64_t rows = std::min<int64_t>(16, head.rows - rb);
+      amx::tile_scores<D>(queries_.data() + (head.row0 + rb) * D, keys_t_.data(), s);
+      for (int64_t r = 0; r < 16; ++r) {
+        const int valid = r < rows ? head.valid(rb + r) : 0;
+        if (valid <= 0) {
+          _mm512_store_si512(probs[r], _mm512_setzero_si512());
+          continue;
+        }
+        const int64_t row = head.row0 + rb + r;
+        const __m512i pairs = fold32<D>(_mm512_mul_ps(_mm512_load_ps(s + r * kKeys), scale),
+                                        _mm512_mul_ps(_mm512_load_ps(s + r * kKeys + 16), scale), valid, max_[row],
+                                        sum_[row], acc_.data() + row * D);
+        _mm512_store_si512(probs[r], pairs);
+      }
+      amx::accumulate<D>(&probs[0][0], vpairs_.data(), rows, acc_.data() + (head.row0 + rb) * D);
+      issue_prefetches(kPrefetchBurst);
+    }
+  }
+#endif
+
   // Prefill tiles: four rows' 32 scores as eight chains over the transposed key pairs.
   __attribute__((noinline)) void tile_rows(const HeadState& head) {
     // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
@@ -437,6 +534,8 @@ class Bf16ItemRunner {
   std::vector<uint32_t> vpairs_;  // the step's V, key pairs interleaved: [kKeys / 2][D / 16] vectors of 16 pairs
   std::vector<uint32_t> keys_t_;  // the step's K as [D / 2][kKeys] bfloat16 pairs (prefill tiles)
   std::vector<float> acc_, max_, sum_;
+  std::vector<uint32_t> queries_t_;  // AMX: each KV head's queries as Q^T tiles (amx::transpose_queries)
+  bool amx_ = false;
   const char* lines_[kPrefetchLines];
   int queued_ = 0, issued_ = 0;
 };

@@ -8,7 +8,8 @@
 //
 // Two implementations:
 // - bf16_path.h, for a bfloat16 cache and queries on CPUs with AVX-512 BF16 (head_dim a multiple of 32): both
-//   products on vdpbf16ps, 32-key softmax steps, and cascade attention over prefix blocks that decodes share.
+//   products on vdpbf16ps, or on AMX tiles where the CPU has them (amx_decode.h), 32-key softmax steps, and
+//   cascade attention over prefix blocks that decodes share.
 // - This file, for everything else (float32, float16, other head sizes, other CPUs), 16 keys a step. Few query
 //   rows (decodes) take dot products along head_dim, one K row at a time; many rows (prefill tiles) first
 //   transpose a 16-key chunk to float32 so each row's 16 scores are one vector FMA chain. Both have AVX-512
