@@ -12,7 +12,7 @@
 // The online softmax runs in float32 over 32 keys a step (two vectors), half the float path's steps.
 #pragma once
 
-#include "amx_decode.h"
+#include "amx_tiles.h"
 #include "common.h"
 
 #include <vector>
@@ -52,9 +52,9 @@ static_assert(permuted_dim(16) == 4 && permuted_dim(4) == 8 && permuted_dim(20) 
 constexpr int kKeys = 32;  // keys per online-softmax step: two vectors of scores
 
 // Online-softmax update of one row with a step's scores (lo: keys 0-15, hi: 16-31; real keys below `valid`):
-// returns the probabilities as bfloat16 pairs (p[2k], p[2k + 1]), zero from `valid` on, and rescales acc.
+// turns lo and hi into the step's probabilities, zero from `valid` on, and rescales acc.
 template <int D>
-inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& row_sum, float* acc) {
+inline void fold32_float(__m512& lo, __m512& hi, int valid, float& row_max, float& row_sum, float* acc) {
   const uint32_t bits = valid >= 32 ? 0xffffffffu : (1u << valid) - 1u;
   const __mmask16 mask_lo = static_cast<__mmask16>(bits), mask_hi = static_cast<__mmask16>(bits >> 16);
   const __m512 masked = _mm512_set1_ps(kMasked);
@@ -70,7 +70,24 @@ inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& ro
     const __m512 c = _mm512_set1_ps(correction);
     for (int d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), c));
   }
-  return (__m512i)_mm512_cvtne2ps_pbh(p_hi, p_lo);  // low half from p_lo
+  lo = p_lo;
+  hi = p_hi;
+}
+
+// The same, returning the probabilities as bfloat16 pairs (p[2k], p[2k + 1]).
+template <int D>
+inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& row_sum, float* acc) {
+  fold32_float<D>(lo, hi, valid, row_max, row_sum, acc);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // low half from the first 16 keys
+}
+
+// A bfloat16 chunk's 32 values, widened in fold order: `lo` the low halves of its 128-bit lanes
+// and `hi` the high ones, which is the accumulators' permuted order (permuted_dim), as the V pairs' interleave
+// leaves it. Exact: each float32 is its bfloat16 with 16 zero bits below.
+inline void widen_permuted(__m512i chunk, __m512& lo, __m512& hi) {
+  const __m512i zero = _mm512_setzero_si512();
+  lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, chunk));
+  hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, chunk));
 }
 
 // Decode sequences whose block tables begin with the same blocks (a system prompt the prefix cache hands to
@@ -154,9 +171,7 @@ class Bf16ItemRunner {
   Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>& cascade)
       : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys) {
 #if FRAME_PAGED_AMX
-    // 16-key groups of one block load as one tile; a block size that is not a multiple of 16 keeps the vectors.
-    amx_ = p.block_size % 16 == 0 && amx::permitted();
-    if (amx_) queries_t_.assign(p.kv_heads * (D / 32) * 256, 0);
+    amx_ = amx::permitted();
 #endif
   }
 
@@ -173,7 +188,7 @@ class Bf16ItemRunner {
 #if FRAME_PAGED_AMX
     if (amx_) {
       amx::Tiles tiles;
-      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false, true);
+      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false, Mode::kTiles);
     } else {
       sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
     }
@@ -221,13 +236,15 @@ class Bf16ItemRunner {
     }
     const bool direct = head_rows <= kDirectMaxRows;
 #if FRAME_PAGED_AMX
-    if (amx_ && (!direct || k_begin % 16 == 0)) {  // direct rows load K from the pool, 16 slots of a block
-      if (direct)
-        for (int64_t h = 0; h < kv_heads; ++h)
-          amx::transpose_queries<D>(queries_.data() + h * head_rows * D, head_rows,
-                                    queries_t_.data() + h * (D / 32) * 256);
-      amx::Tiles tiles;
-      sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, true);
+    // On CPUs with AMX (Intel's, where vdpbf16ps issues at half the FMA rate) decode rows take float32 FMAs and
+    // tiles take the tile unit.
+    if (amx_) {
+      if (direct) {
+        sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, Mode::kFloat);
+      } else {
+        amx::Tiles tiles;
+        sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, Mode::kTiles);
+      }
       write_out(item, q_start, tokens, groups);
       return;
     }
@@ -248,10 +265,11 @@ class Bf16ItemRunner {
 
   // Attends the rows to keys [k_begin, k_end) of `table` for KV heads [h_begin, h_end) (head h's rows start
   // at (h - h_begin) * head_rows); the first row's token sits at first_pos.
-  // `tiles`: on AMX (amx_rows for direct rows, whose keys must start at a multiple of 16; amx_tile_rows else), in
-  // an amx::Tiles scope.
+  // `mode`: kVectors, vdpbf16ps (direct_rows, tile_rows); kTiles, tile rows on AMX (amx_tile_rows, in an
+  // amx::Tiles scope); kFloat, direct rows on float32 FMAs (float_rows).
+  enum class Mode { kVectors, kTiles, kFloat };
   void sweep(const int32_t* table, int64_t k_begin, int64_t k_end, int64_t h_begin, int64_t h_end,
-             int64_t head_rows, int64_t groups, int64_t first_pos, bool direct, bool tiles = false) {
+             int64_t head_rows, int64_t groups, int64_t first_pos, bool direct, Mode mode = Mode::kVectors) {
     const uint16_t* keys[kKeys];
     const uint16_t* values[kKeys];
     int64_t bases[kKeys];
@@ -271,17 +289,18 @@ class Bf16ItemRunner {
           keys[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.k_cache + bases[j] + h * D) : zeros_.data();
           values[j] = j < n ? reinterpret_cast<const uint16_t*>(p_.v_cache + bases[j] + h * D) : zeros_.data();
         }
-        interleave_values(values, tiles ? kKeys : n);  // the tiles read every pair: zeros past n
-        issue_prefetches(kPrefetchBurst);
         const HeadState head{(h - h_begin) * head_rows, head_rows, groups, first_pos, k0, n};
+        if (mode == Mode::kFloat) {  // V rows are read where they lie
+          float_rows(head, keys, values);
+          issue_prefetches(kPrefetchLines);
+          continue;
+        }
+        interleave_values(values, mode == Mode::kTiles ? kKeys : n);  // the tiles read every pair: zeros past n
+        issue_prefetches(kPrefetchBurst);
 #if FRAME_PAGED_AMX
-        if (tiles) {
-          if (direct) {
-            amx_rows(head, h, bases);
-          } else {
-            transpose_keys(keys);
-            amx_tile_rows(head);
-          }
+        if (mode == Mode::kTiles) {
+          transpose_keys(keys);
+          amx_tile_rows(head);
           issue_prefetches(kPrefetchLines);
           continue;
         }
@@ -416,31 +435,83 @@ class Bf16ItemRunner {
     }
   }
 
-#if FRAME_PAGED_AMX
-  // Decode rows of KV head h on AMX tiles (amx_decode.h): the step's scores as S^T from the pool's K rows, the
-  // softmax on vectors, P.V into the accumulators.
-  __attribute__((noinline)) void amx_rows(const HeadState& head, int64_t h, const int64_t* bases) {
-    alignas(64) float s[kKeys * 16];
-    alignas(64) uint32_t probs[16][16] = {};
-    const auto* k0 = reinterpret_cast<const uint16_t*>(p_.k_cache + bases[0] + h * D);
-    const auto* k1 = head.n > 16 ? reinterpret_cast<const uint16_t*>(p_.k_cache + bases[16] + h * D) : nullptr;
-    amx::scores<D>(k0, k1, p_.kv_heads * D * 2, queries_t_.data() + h * (D / 32) * 256, s);
-    const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-    const __m512 scale = _mm512_set1_ps(p_.scale);
-    for (int64_t r = 0; r < head.rows; ++r) {
-      const int valid = head.valid(r);
-      if (valid <= 0) continue;
-      const int64_t row = head.row0 + r;
-      const __m512i index = _mm512_add_epi32(column, _mm512_set1_epi32(static_cast<int>(r)));
-      const __m512 lo = _mm512_i32gather_ps(index, s, 4);
-      const __m512 hi = head.n > 16 ? _mm512_i32gather_ps(index, s + 256, 4) : _mm512_setzero_ps();
-      const __m512i pairs = fold32<D>(_mm512_mul_ps(lo, scale), _mm512_mul_ps(hi, scale), valid, max_[row],
-                                      sum_[row], acc_.data() + row * D);
-      _mm512_store_si512(probs[r], pairs);
+  // Decode rows on float32 FMAs, K and V widened in registers once per key for all the rows (widen_permuted, so
+  // the accumulators keep the permuted order the other paths use): where vdpbf16ps issues at half the FMA rate
+  // this runs a batch-64 decode layer's keys at a third of direct_rows' instructions' time.
+  void float_rows(const HeadState& head, const uint16_t* const* keys, const uint16_t* const* values) {
+    switch (head.rows) {
+      case 1: return float_rows_of<1>(head, keys, values);
+      case 2: return float_rows_of<2>(head, keys, values);
+      case 3: return float_rows_of<3>(head, keys, values);
+      case 4: return float_rows_of<4>(head, keys, values);
+      case 5: return float_rows_of<5>(head, keys, values);
+      case 6: return float_rows_of<6>(head, keys, values);
+      case 7: return float_rows_of<7>(head, keys, values);
+      default: return float_rows_of<8>(head, keys, values);
     }
-    amx::accumulate<D>(&probs[0][0], vpairs_.data(), head.rows, acc_.data() + head.row0 * D);
   }
 
+  template <int R>
+  __attribute__((noinline)) void float_rows_of(const HeadState& head, const uint16_t* const* keys,
+                                               const uint16_t* const* values) {
+    static_assert(R <= kDirectMaxRows, "direct items have at most kDirectMaxRows rows");
+    constexpr int V = D / 16;                 // float vectors per row
+    constexpr int G = std::max(1, 16 / V);    // rows whose accumulators fit in registers together
+    alignas(64) float probs[R][kKeys];
+    __m512 dots[R][kKeys];
+    __m512 q[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < D / 32; ++c)
+        widen_permuted(_mm512_loadu_si512(queries_.data() + (head.row0 + r) * D + 32 * c), q[r][2 * c],
+                       q[r][2 * c + 1]);
+    for (int j = 0; j < kKeys; ++j) {
+      if (j >= head.n) {
+        for (int r = 0; r < R; ++r) dots[r][j] = _mm512_setzero_ps();
+        continue;
+      }
+      __m512 k[V];
+      for (int c = 0; c < D / 32; ++c) widen_permuted(_mm512_loadu_si512(keys[j] + 32 * c), k[2 * c], k[2 * c + 1]);
+      for (int r = 0; r < R; ++r) {
+        __m512 a = _mm512_mul_ps(q[r][0], k[0]);
+        for (int v = 1; v < V; ++v) a = _mm512_fmadd_ps(q[r][v], k[v], a);
+        dots[r][j] = a;
+      }
+    }
+    const __m512 scale = _mm512_set1_ps(p_.scale);
+    for (int r = 0; r < R; ++r) {
+      const int valid = head.valid(r);
+      __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+      if (valid > 0) {
+        lo = _mm512_mul_ps(reduce16(dots[r]), scale);
+        hi = head.n > 16 ? _mm512_mul_ps(reduce16(dots[r] + 16), scale) : _mm512_setzero_ps();
+        fold32_float<D>(lo, hi, valid, max_[head.row0 + r], sum_[head.row0 + r], acc_.data() + (head.row0 + r) * D);
+      }
+      _mm512_store_ps(probs[r], lo);
+      _mm512_store_ps(probs[r] + 16, hi);
+    }
+    issue_prefetches(kPrefetchBurst);
+    for (int g = 0; g < R; g += G) {
+      constexpr int kRows = G < R ? G : R;
+      __m512 acc[kRows][V];
+      const int rows = std::min(kRows, R - g);
+      for (int r = 0; r < kRows; ++r)
+        for (int v = 0; v < V; ++v)
+          acc[r][v] = r < rows ? _mm512_loadu_ps(acc_.data() + (head.row0 + g + r) * D + 16 * v) : _mm512_setzero_ps();
+      for (int j = 0; j < head.n; ++j) {
+        __m512 x[V];
+        for (int c = 0; c < D / 32; ++c)
+          widen_permuted(_mm512_loadu_si512(values[j] + 32 * c), x[2 * c], x[2 * c + 1]);
+        for (int r = 0; r < kRows; ++r) {
+          const __m512 p = _mm512_set1_ps(r < rows ? probs[g + r][j] : 0.0f);
+          for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(p, x[v], acc[r][v]);
+        }
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc_.data() + (head.row0 + g + r) * D + 16 * v, acc[r][v]);
+    }
+  }
+
+#if FRAME_PAGED_AMX
   // Prefill tiles and cascade prefixes on AMX: 16 rows at a time, their 32 scores one tile product against the
   // transposed keys, the softmax on vectors, P.V into the accumulators.
   __attribute__((noinline)) void amx_tile_rows(const HeadState& head) {
@@ -534,7 +605,6 @@ class Bf16ItemRunner {
   std::vector<uint32_t> vpairs_;  // the step's V, key pairs interleaved: [kKeys / 2][D / 16] vectors of 16 pairs
   std::vector<uint32_t> keys_t_;  // the step's K as [D / 2][kKeys] bfloat16 pairs (prefill tiles)
   std::vector<float> acc_, max_, sum_;
-  std::vector<uint32_t> queries_t_;  // AMX: each KV head's queries as Q^T tiles (amx::transpose_queries)
   bool amx_ = false;
   const char* lines_[kPrefetchLines];
   int queued_ = 0, issued_ = 0;
