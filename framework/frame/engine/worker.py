@@ -16,12 +16,14 @@ import torch
 from frame.config import EngineConfig
 from frame.drafting import DraftModel
 from frame.engine.attention_layers import create_layer_attention, family_specs
+from frame.engine.calibration import input_absmax, token_chunks
 from frame.engine.plan import RunnerOutput, SchedulerOutput
 from frame.engine.runner import ModelRunner
 from frame.engine.selection import Selection, model_options, select, select_model_family, select_quantization
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import Proposer, ProposerContext
+from frame.interfaces.quantization import QuantizationMethod
 from frame.layers import attach_platform_kernels, finish_loading, weight_bytes
 from frame.model_source import ModelSource
 from frame.parallel import ParallelContext, parallel_context, set_parallel_context
@@ -30,6 +32,9 @@ from frame.plugins.registry import PluginRegistry
 from frame.weights import open_weights
 
 log = logging.getLogger("frame.worker")
+
+#: Tokens per prefill of a quantization method's calibration text (fewer where the context is shorter).
+CALIBRATION_CHUNK = 512
 
 
 def head_counts(hf_config: object) -> tuple[int, int, int]:
@@ -89,7 +94,7 @@ class Worker:
             method = self.quantization
             packed_source = method.open_weights(self.source.path) if method is not None else None
             model.load_weights(packed_source or open_weights(self.source.path))
-            packed = finish_loading(model, method)
+            packed = finish_loading(model, method, self.calibrate(model, attention, method))
             if method is not None:
                 log.info("%s: %d linear weights kept quantized", method.name, packed)
         finally:
@@ -99,6 +104,19 @@ class Worker:
         model.eval()
         attach_platform_kernels(model, sel.platform)
         return model, attention
+
+    def calibrate(self, model: CausalLM, attention: AttentionBackend,
+                  method: QuantizationMethod | None) -> dict[str, torch.Tensor] | None:
+        """The dense model's largest ``|x|`` per input feature of each linear over the method's calibration text,
+        or None when the method does not calibrate."""
+        text = method.calibration_text() if method is not None else None
+        if text is None:
+            return None
+        tokens = self.source.tokenizer(text).input_ids
+        chunks = token_chunks(tokens, min(self.max_model_len, CALIBRATION_CHUNK))
+        log.info("%s: calibrating on %d tokens", method.name, len(tokens))
+        return input_absmax(model, attention, chunks, self.config.block_size, self.selection.dtype,
+                            self.selection.platform.device)
 
     def make_proposer(self) -> Proposer | None:
         """The speculative-decoding proposer the config names (None without speculation)."""

@@ -38,7 +38,9 @@ FORMATS: dict[str, str] = {
     "q6_k": "ggml block_q6_K: tensors['blocks'] uint8 [out, in / 256 * 210]; per 256 inputs, 128 bytes of low "
             "nibbles, 64 of high 2-bit pairs, 16 int8 sub-block scales, fp16 d",
     "int8": "per output channel: tensors['q'] int8 [out, in], tensors['scale'] float32 [out, 1]; w = scale * q; "
-            "attribute activations 'dynamic' (x may be quantized per row, W8A8) or 'none' (weight-only)",
+            "attribute activations 'dynamic' (x may be quantized per row, W8A8) or 'none' (weight-only); attribute "
+            "input_scale float32 [in] or None (smoothed: w = scale * q * input_scale per input feature, so the int8 "
+            "product takes x * input_scale)",
 }
 
 
@@ -132,7 +134,11 @@ class QuantizationMethod(ABC):
     2. :meth:`open_weights` to read the checkpoint: a source whose linear weights may arrive as
        :class:`PackedWeight` (the model family hands them to its layers as it does tensors); None to read it
        with the core's dense readers.
-    3. :meth:`quantize` once per linear layer whose weight arrived dense, after every tensor is loaded.
+    3. :meth:`calibration_text`, after every tensor is loaded: a method that returns text has the dense model run
+       over it once (:mod:`frame.engine.calibration`), and each linear layer's largest ``|x|`` per input feature
+       is recorded.
+    4. :meth:`quantize` once per linear layer whose weight arrived dense, with those maxima as ``input_absmax``
+       when the method asked for them.
     """
 
     #: The plugin's name (``--quantization``), set by the plugin.
@@ -148,7 +154,18 @@ class QuantizationMethod(ABC):
         """A source whose linear weights arrive packed, or None (the default) to load the checkpoint dense."""
         return None
 
+    def calibration_text(self) -> str | None:
+        """Text whose activations this method wants to see before it quantizes (SmoothQuant-style smoothing, which
+        moves the activations' outlier features into the weights), or None (the default) to quantize the weights
+        alone. Called once per worker, after loading; the text is tokenized with the model's tokenizer and run in
+        chunks of the engine's context length at most."""
+        return None
+
     @abstractmethod
-    def quantize(self, name: str, weight: torch.Tensor) -> PackedWeight | None:
+    def quantize(self, name: str, weight: torch.Tensor,
+                 input_absmax: torch.Tensor | None = None) -> PackedWeight | None:
         """The packed form of the dense linear weight ``weight`` ``[out, in]`` of the layer at module path
-        ``name`` (``layers.3.mlp.down_proj``), or None to keep it dense. Pure: ``weight`` is not modified."""
+        ``name`` (``layers.3.mlp.down_proj``), or None to keep it dense. Pure: ``weight`` is not modified.
+        ``input_absmax`` float32 ``[in]``: the layer's largest ``|x|`` per input feature over the calibration text,
+        passed only to methods whose :meth:`calibration_text` is not None (None for a layer the text never
+        reached)."""

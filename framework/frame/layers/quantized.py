@@ -66,9 +66,11 @@ def _is_linear(module: nn.Module) -> bool:
     return isinstance(module, Linear)
 
 
-def finish_loading(model: nn.Module, method: QuantizationMethod | None) -> int:
+def finish_loading(model: nn.Module, method: QuantizationMethod | None,
+                   input_absmax: dict[str, torch.Tensor] | None = None) -> int:
     """After ``model.load_weights``: join packed rows, quantize dense linear weights with ``method``, and free the
-    dense storage that only linears would read. Returns how many weights are packed."""
+    dense storage that only linears would read. Returns how many weights are packed. ``input_absmax`` (module path
+    to its largest ``|x|`` per input feature, :mod:`frame.engine.calibration`) goes to a method that calibrates."""
     users: dict[int, list[tuple[str, nn.Module]]] = {}
     weights: dict[int, nn.Parameter] = {}
     for path, module in model.named_modules():
@@ -83,7 +85,11 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None) -> int:
         arrived = arrived_packed(weight)
         packed = _joined(weight) if arrived else None
         if packed is None and method is not None and weight.dim() == 2 and any(_is_linear(m) for _, m in holders):
-            packed = method.quantize(next(p for p, m in holders if _is_linear(m)), weight.data)
+            path = next(p for p, m in holders if _is_linear(m))
+            if input_absmax is None:  # a method that does not calibrate may predate the argument
+                packed = method.quantize(path, weight.data)
+            else:
+                packed = method.quantize(path, weight.data, input_absmax=input_absmax.get(path))
         if packed is None:
             continue
         packed_count += 1

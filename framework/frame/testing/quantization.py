@@ -124,6 +124,18 @@ class QuantizationConformance:
         agreement = (tokens == dense_tokens).float().mean().item()
         assert agreement >= self.min_agreement, f"{agreement:.2f} of next tokens agree with the dense model's"
 
+    @staticmethod
+    def _calibrate(model: torch.nn.Module, attention: object, method: QuantizationMethod | None,
+                   source: object) -> dict[str, torch.Tensor] | None:
+        """What a worker does between loading and quantizing: the method's calibration pass, if it asks for one."""
+        from frame.engine.calibration import input_absmax, token_chunks
+
+        text = method.calibration_text() if method is not None else None
+        if text is None:
+            return None
+        chunks = token_chunks(source.tokenizer(text).input_ids, 256)  # type: ignore[attr-defined]
+        return input_absmax(model, attention, chunks, 16, torch.float32, torch.device("cpu"))  # type: ignore[arg-type]
+
     def _next_tokens(self, hooks: PluginHooks, method: QuantizationMethod | None, checkpoint: Path) -> torch.Tensor:
         from frame.model_source import ModelSource
         from frame.testing.model import PagedRunner
@@ -138,7 +150,7 @@ class QuantizationConformance:
         model = hooks.create_model(self.model_family, hf, torch.float32, torch.device("cpu"), attention)
         packed_source = method.open_weights(checkpoint) if method is not None else None
         model.load_weights(packed_source or open_weights(checkpoint))
-        finish_loading(model, method)
+        finish_loading(model, method, self._calibrate(model, attention, method, source))
         attach_platform_kernels(model, platform)
         runner = PagedRunner(model, attention, 1, len(PROMPT), torch.float32, torch.device("cpu"))
         return runner.step({0: PROMPT})[0].argmax(-1)

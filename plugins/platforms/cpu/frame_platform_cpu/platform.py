@@ -11,7 +11,7 @@ from frame.interfaces.platform import Platform
 from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import kernels, probe, quantized
+from frame_platform_cpu import kernels, probe, quantized, w8a8
 
 _GIB = 1 << 30
 
@@ -93,8 +93,11 @@ class CpuPlatform(Platform):
         elif bf16 is not None:
             paths["bfloat16"] = f"{bf16} (torch)"
         for fmt in quantized.served_formats():
-            paths[fmt] = quantized.isa_path() + (" (W8A8: x int8 per block of 32; weight-only int8 is dequantised)"
-                                                 if fmt == "int8" else "")
+            paths[fmt] = quantized.isa_path()
+        if "int8" in paths:
+            vnni = w8a8.isa_path()
+            scheme = f"{vnni} (W8A8: x int8 per token" if vnni else f"{paths['int8']} (W8A8: x int8 per block of 32"
+            paths["int8"] = scheme + "; weight-only int8 is dequantised)"
         return paths
 
     def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:

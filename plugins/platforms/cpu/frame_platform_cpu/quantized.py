@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from frame.interfaces.quantization import PackedWeight
 
-from frame_platform_cpu import kernels, probe
+from frame_platform_cpu import kernels, probe, w8a8
 
 #: ggml formats ``ggml_linear`` reads, with the number its ``format`` argument takes.
 GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
@@ -57,7 +57,16 @@ def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     blocks = torch.empty(rows, nb, 34, dtype=torch.uint8)
     blocks[:, :, :2] = half.view(torch.uint8).reshape(rows, 1, 2)
     blocks[:, :, 2:] = q.contiguous().view(torch.uint8).reshape(rows, nb, 32)
-    return _block_linear(blocks.reshape(rows, nb * 34), GGML_FORMATS["q8_0"], bias, portable)
+    linear = _block_linear(blocks.reshape(rows, nb * 34), GGML_FORMATS["q8_0"], bias, portable)
+    smooth = getattr(packed, "input_scale", None)
+    if smooth is None:
+        return linear
+    factors = smooth.float()  # a smoothed weight: the product takes x * input_scale
+
+    def smoothed(x: torch.Tensor) -> torch.Tensor | None:
+        return linear((x.float() * factors).to(x.dtype)) if x.dim() == 2 else None
+
+    return smoothed
 
 
 def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, portable: bool | None) -> Kernel:
@@ -79,5 +88,7 @@ def packed_layer_kernel(layer: torch.nn.Module, packed: PackedWeight, gated: boo
     """The kernel of a linear layer whose weight is ``packed``; ``gated`` for SwiGLU's projection, whose
     ``[gate | up]`` product goes through ``silu(gate) * up`` (the native fused activation for bfloat16)."""
     bias = getattr(layer, "bias", None)
+    if packed.format == "int8" and (kernel := w8a8.layer_kernel(packed, bias, gated)) is not None:
+        return kernel  # AMX int8 tiles or AVX-512 VNNI, x per token
     linear = int8_linear(packed, bias) if packed.format == "int8" else ggml_linear(packed, bias)
     return kernels.gated(linear) if linear is not None and gated else linear

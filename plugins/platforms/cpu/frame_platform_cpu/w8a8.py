@@ -43,10 +43,10 @@ def isa_path(in_features: int | None = None) -> str | None:
 
 def w8a8_linear(packed: PackedWeight, bias: torch.Tensor | None, gated: bool = False,
                 path: str = "auto") -> Kernel | None:
-    """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-row int8 rounding
-    (``gated``: SwiGLU's ``silu(gate) * up`` of the ``[gate | up]`` product, for bfloat16 x). None where it does
-    not apply: weight-only int8 (``activations='none'``), no VNNI, inputs not a multiple of 4, outputs not of 16
-    (32 gated)."""
+    """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to the per-row int8 rounding of
+    x (of ``x * packed.input_scale`` for a smoothed weight). ``gated``: SwiGLU's ``silu(gate) * up`` of the ``[gate |
+    up]`` product, for bfloat16 x. None where it does not apply: weight-only int8 (``activations='none'``), no
+    VNNI, inputs not a multiple of 4, outputs not of 16 (32 gated)."""
     if getattr(packed, "activations", "none") != "dynamic" or not has_vnni():
         return None
     q, scale = packed.tensors["q"], packed.tensors["scale"].float().reshape(-1)
@@ -62,13 +62,15 @@ def w8a8_linear(packed: PackedWeight, bias: torch.Tensor | None, gated: bool = F
     scales = scale.contiguous()
     sums = q.sum(dim=1, dtype=torch.int32).contiguous()
     float_bias = None if bias is None else bias.float().contiguous()
+    smooth = getattr(packed, "input_scale", None)
+    smooth = None if smooth is None else smooth.float().contiguous()
     size = out_features // 2 if gated else out_features
     code = PATHS[path]
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:
         if x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16) or (gated and x.dtype != torch.bfloat16):
             return None
-        return op(x, weights, scales, sums, float_bias, size, code)
+        return op(x, weights, scales, sums, float_bias, smooth, size, code)
 
     return linear
 

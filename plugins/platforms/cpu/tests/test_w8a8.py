@@ -83,3 +83,14 @@ def test_the_gated_kernel_has_the_bits_of_the_product_then_the_activation() -> N
     assert torch.equal(swiglu(x), expected)
     gate, up = w8a8.w8a8_linear(packed, bias)(x.float()).chunk(2, dim=-1)
     torch.testing.assert_close(swiglu(x.float()), torch.nn.functional.silu(gate) * up)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_smoothed_weight_takes_x_times_its_input_scale(path: str) -> None:
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(5, 576, generator=gen)
+    packed = Int8Method().quantize("w", torch.randn(64, 576, generator=gen), input_absmax=x.abs().amax(dim=0) * 3)
+    assert packed.input_scale is not None
+    y = w8a8.w8a8_linear(packed, None, path=path)(x)
+    torch.testing.assert_close(y.double(), _exact(x * packed.input_scale, packed, None), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(y, x @ packed.dequantize().T, rtol=0.05, atol=0.3)

@@ -1,5 +1,6 @@
 // y = (s_x q_x) (s_w q_w)^T (+ b): int8 weights with one scale per output channel (the `int8` quantization
 // plugin's format) against x quantized per row (per token) at run time, W8A8 as SmoothQuant-style engines run it:
+// x is first multiplied per input feature by the weight's smoothing factors where it has them (input_scale),
 // each row of x gets s_x = max|x| / 127 and q_x = round(x / s_x), the products are summed exactly in int32, and
 // the epilogue scales once by s_x s_w, adds the bias and rounds to x's dtype (SwiGLU's [gate | up] weight: to
 // bfloat16, then silu(gate) * up).
@@ -47,26 +48,28 @@ inline __m512 load16(const c10::BFloat16* x, __mmask16 mask) {
 }
 
 // x's rows as int8 with one scale each (zero rows get scale 0 and all-zero q), sixteen values at a time: the
-// rounding is the CPU's default, to nearest even, as std::nearbyint. `offset` 128 stores q + 128 as unsigned
-// bytes, for vpdpbusd. (A scalar loop here cost more than the int8 product saved over bfloat16's.)
+// rounding is the CPU's default, to nearest even, as std::nearbyint. `smooth` (or nullptr) multiplies input
+// feature j first (SmoothQuant's 1 / s_j). `offset` 128 stores q + 128 as unsigned bytes, for vpdpbusd. (A
+// scalar loop here cost more than the int8 product saved over bfloat16's.)
 template <typename T>
-void quantize_rows(const T* x, int64_t m, int64_t k, uint8_t* q, float* scale, int offset) {
+void quantize_rows(const T* x, int64_t m, int64_t k, const float* smooth, uint8_t* q, float* scale, int offset) {
   at::parallel_for(0, m, 8, [&](int64_t begin, int64_t end) {
     const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * k;
       __m512 top = _mm512_setzero_ps();
-      for (int64_t i = 0; i < k; i += 16) {
-        const __m512 v = load16(row + i, frame_cpu::tail_mask16(k - i));
-        top = _mm512_max_ps(top, _mm512_and_ps(v, sign_off));
-      }
+      auto value = [&](int64_t i, __mmask16 mask) {
+        const __m512 v = load16(row + i, mask);
+        return smooth != nullptr ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, smooth + i)) : v;
+      };
+      for (int64_t i = 0; i < k; i += 16) top = _mm512_max_ps(top, _mm512_and_ps(value(i, frame_cpu::tail_mask16(k - i)), sign_off));
       const float amax = _mm512_reduce_max_ps(top);
       const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
       scale[r] = amax / 127.f;
       const __m128i shift = _mm_set1_epi8(static_cast<char>(offset));
       for (int64_t i = 0; i < k; i += 16) {
         const __mmask16 mask = frame_cpu::tail_mask16(k - i);
-        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(load16(row + i, mask), inv));
+        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(value(i, mask), inv));
         _mm_mask_storeu_epi8(q + r * k + i, mask, _mm_add_epi8(_mm512_cvtsepi32_epi8(v), shift));
       }
     }
@@ -151,7 +154,8 @@ void vnni_rows(int rows, const uint8_t* x, int64_t k, const int8_t* panel, const
 
 // path: 0 the best this CPU has (AMX where k allows, else VNNI), 1 AMX, 2 VNNI.
 at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& w_scale, const at::Tensor& col_sums,
-                const c10::optional<at::Tensor>& bias, int64_t n, bool gated, int64_t path) {
+                const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& input_scale, int64_t n,
+                bool gated, int64_t path) {
 #if FRAME_W8A8_VNNI
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
               "w8a8_linear takes float32 or bfloat16 x of shape [rows, in_features]");
@@ -171,6 +175,12 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
                 "bias must be float32 with out_features elements, ordered as the packed columns");
     bias_ptr = bias->data_ptr<float>();
   }
+  const float* smooth = nullptr;
+  if (input_scale.has_value() && input_scale->defined()) {
+    TORCH_CHECK(input_scale->scalar_type() == at::kFloat && input_scale->is_contiguous() && input_scale->numel() == k,
+                "input_scale must be float32 with in_features elements");
+    smooth = input_scale->data_ptr<float>();
+  }
   const bool amx_fits = k % 64 == 0 && frame_cpu::amx_permitted();
   TORCH_CHECK(path != 1 || amx_fits, "the AMX W8A8 path needs AMX tiles and in_features a multiple of 64");
   const bool amx = path == 1 || (path == 0 && amx_fits);
@@ -181,9 +191,9 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
   std::vector<float> x_scale(m);
   const int offset = amx ? 0 : 128;
   if (xc.scalar_type() == at::kFloat) {
-    quantize_rows(xc.data_ptr<float>(), m, k, q.data(), x_scale.data(), offset);
+    quantize_rows(xc.data_ptr<float>(), m, k, smooth, q.data(), x_scale.data(), offset);
   } else {
-    quantize_rows(xc.data_ptr<c10::BFloat16>(), m, k, q.data(), x_scale.data(), offset);
+    quantize_rows(xc.data_ptr<c10::BFloat16>(), m, k, smooth, q.data(), x_scale.data(), offset);
   }
   const Output out{gated, xc.scalar_type() == at::kFloat, w_scale.data_ptr<float>(), bias_ptr, x_scale.data(),
                    y.data_ptr(), width};
@@ -223,24 +233,24 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
 }
 
 at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& w_scale,
-                       const at::Tensor& col_sums, const c10::optional<at::Tensor>& bias, int64_t out_features,
-                       int64_t path) {
-  return w8a8(x, packed, w_scale, col_sums, bias, out_features, false, path);
+                       const at::Tensor& col_sums, const c10::optional<at::Tensor>& bias,
+                       const c10::optional<at::Tensor>& input_scale, int64_t out_features, int64_t path) {
+  return w8a8(x, packed, w_scale, col_sums, bias, input_scale, out_features, false, path);
 }
 
 at::Tensor w8a8_swiglu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& w_scale,
-                       const at::Tensor& col_sums, const c10::optional<at::Tensor>& bias, int64_t intermediate,
-                       int64_t path) {
-  return w8a8(x, packed, w_scale, col_sums, bias, 2 * intermediate, true, path);
+                       const at::Tensor& col_sums, const c10::optional<at::Tensor>& bias,
+                       const c10::optional<at::Tensor>& input_scale, int64_t intermediate, int64_t path) {
+  return w8a8(x, packed, w_scale, col_sums, bias, input_scale, 2 * intermediate, true, path);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
-  m.def("w8a8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor col_sums, Tensor? bias, int out_features, "
-        "int path=0) -> Tensor");
-  m.def("w8a8_swiglu(Tensor x, Tensor packed, Tensor w_scale, Tensor col_sums, Tensor? bias, int intermediate, "
-        "int path=0) -> Tensor");
+  m.def("w8a8_linear(Tensor x, Tensor packed, Tensor w_scale, Tensor col_sums, Tensor? bias, Tensor? input_scale, "
+        "int out_features, int path=0) -> Tensor");
+  m.def("w8a8_swiglu(Tensor x, Tensor packed, Tensor w_scale, Tensor col_sums, Tensor? bias, Tensor? input_scale, "
+        "int intermediate, int path=0) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
