@@ -268,12 +268,15 @@ def main(argv: list[str] | None = None) -> int:
                              "its idle engine still wakes up, and on two cores every wake-up stalls frame's "
                              "OpenMP threads")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--vllm-dtype", default=None, choices=["float32", "bfloat16"],
+                        help="vLLM's dtype when it differs from frame's (each system in its fastest one)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     console = Console()
     systems = ["frame", "vllm"] if args.only is None else [args.only]
 
+    vllm_dtype = args.vllm_dtype or args.dtype
     config = build_config(dtype=args.dtype, max_model_len=args.max_model_len)
     engine = EngineCore(config)
     tokenizer = engine.source.tokenizer
@@ -292,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     vllm = None
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-") as tmp:
         if why_not is None:
-            folder = export_hf_folder(engine.source, args.dtype)
-            spec = {"model": str(folder), "tokenizer": str(folder), "dtype": args.dtype,
+            folder = export_hf_folder(engine.source, vllm_dtype)
+            spec = {"model": str(folder), "tokenizer": str(folder), "dtype": vllm_dtype,
                     "max_model_len": args.max_model_len, "prompts": [list(r.prompt_token_ids) for r in requests],
                     "max_tokens": [r.params.max_tokens for r in requests], "engine_args": engine_args,
                     "warmup_rounds": args.vllm_warmup_rounds}
@@ -350,20 +353,22 @@ def main(argv: list[str] | None = None) -> int:
         if vllm is not None:
             vllm.close()
 
-    table = Table(title=f"{args.workload}: {len(requests)} requests, {args.dtype}, output tokens/s")
+    dtypes = {"frame": args.dtype, "vllm": vllm_dtype}
+    table = Table(title=f"{args.workload}: {len(requests)} requests, output tokens/s")
     for column in ("system", "median", "rounds", "bg cores", "TTFT ms", "peak RSS MiB"):
         table.add_column(column)
     for name, values in rounds.items():
         if values:
-            table.add_row(name, f"{statistics.median(values):.1f}", " ".join(f"{v:.1f}" for v in values),
+            table.add_row(f"{name} ({dtypes[name]})", f"{statistics.median(values):.1f}",
+                          " ".join(f"{v:.1f}" for v in values),
                           " ".join(_cores(b) for b in background[name]),
                           f"{statistics.median(ttft[name]) * 1000:.0f}" if ttft[name] else "-",
                           f"{peak[name]:.0f}")
     console.print(table)
     report: dict[str, Any] = {"workload": args.workload, "workload_options": options, "requests": len(requests),
                               "rounds": rounds, "background_cores": background, "ttft_s": ttft,
-                              "peak_rss_mib": peak, "vllm_env": vllm_env, "vllm_engine_args": engine_args,
-                              "vllm_skipped": why_not}
+                              "peak_rss_mib": peak, "dtypes": dtypes, "vllm_env": vllm_env,
+                              "vllm_engine_args": engine_args, "vllm_skipped": why_not}
     if rounds["vllm"] and rounds["frame"]:
         ratio = statistics.median(rounds["frame"]) / statistics.median(rounds["vllm"])
         same = sum(a == b for a, b in zip(outputs["frame"], outputs["vllm"], strict=True)) / len(requests)
