@@ -1,7 +1,8 @@
 """Kernels for linear weights a quantization plugin keeps packed (``frame.interfaces.quantization.FORMATS``).
 
-ggml's q4_0, q4_1 and q8_0 blocks run in ``csrc/ggml_linear.cpp`` as the GGUF stores them: AVX2 integer dot
-products against x quantized per block of 32 (as llama.cpp computes), or the same arithmetic in plain C++ on CPUs
+ggml's q4_0, q4_1 and q8_0 blocks run in ``csrc/ggml_linear.cpp`` against x quantized per block of 32 (as
+llama.cpp computes): on CPUs with AVX-512 VNNI repacked once at load for ``vpdpbusd`` (16 output rows a vector),
+elsewhere as the GGUF stores them with AVX2 integer dot products, or the same arithmetic in plain C++ on CPUs
 without AVX2. ``int8`` weights whose method allows dynamic activation scales (W8A8) run there too, as q8_0 blocks
 whose scale is the row's (in float16). Formats without a kernel here return None, so the layer multiplies by the
 dequantised weight.
@@ -27,22 +28,55 @@ def served_formats() -> tuple[str, ...]:
     return (*GGML_FORMATS, "int8") if kernels.unavailable_reason() is None else ()
 
 
+def has_vnni() -> bool:
+    """True where ``ggml_linear_repacked`` runs: AVX-512 VNNI and BW."""
+    return {"avx512_vnni", "avx512bw"} <= probe.cpu_flags()
+
+
 def isa_path() -> str:
-    """Which code runs the ggml kernels here: ``avx2`` or ``portable``."""
+    """Which code runs the ggml kernels here: ``avx512_vnni`` (repacked blocks), ``avx2`` or ``portable``."""
+    if has_vnni():
+        return "avx512_vnni"
     return "avx2" if probe.has_avx2_fma() else "portable"
 
 
-def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None) -> Kernel | None:
+def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """ggml blocks ``[out, in / 32 * block bytes]`` in ``ggml_linear_repacked``'s layout: output rows in groups of
+    16 (the last padded with zero rows), per group and block the values as ``[quads][16 rows][4 bytes]`` (q4_0 /
+    q4_1: ggml's 16 nibble bytes, 4 chunks; q8_0: its 32 bytes XOR 0x80, i.e. q + 128 unsigned, 8 chunks) and
+    the 16 rows' float16 scales (d, then m for q4_1). Returns ``(qs uint8 [groups, blocks, quads, 16, 4], scales
+    float16 [groups, blocks, 1 or 2, 16])``."""
+    block = {0: 18, 1: 20, 2: 34}[fmt]
+    rows, row_bytes = blocks.shape
+    nb = row_bytes // block
+    pad = -rows % 16
+    if pad:
+        blocks = torch.cat([blocks, blocks.new_zeros(pad, row_bytes)])
+    groups = blocks.shape[0] // 16
+    b = blocks.reshape(groups, 16, nb, block)
+    halves = 2 if fmt == 1 else 1
+    scales = (b[..., : 2 * halves].reshape(groups, 16, nb, halves, 2).permute(0, 2, 3, 1, 4).contiguous()
+              .view(torch.float16).reshape(groups, nb, halves, 16))
+    q = b[..., 2 * halves :]
+    if fmt == 2:
+        q = q ^ 0x80
+    qs = q.reshape(groups, 16, nb, q.shape[-1] // 4, 4).permute(0, 2, 3, 1, 4).contiguous()
+    return qs, scales
+
+
+def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
+                vnni: bool | None = None) -> Kernel | None:
     """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-block int8
-    rounding; None for a format ``ggml_linear`` does not read. ``portable`` forces the plain C++ path (default:
-    AVX2 where the CPU has it)."""
+    rounding; None for a format ``ggml_linear`` does not read. ``portable`` forces the plain C++ path, ``vnni``
+    False the AVX2 one (default: the AVX-512 VNNI kernel on repacked blocks where the CPU has it, else AVX2)."""
     fmt = GGML_FORMATS.get(packed.format)
     if fmt is None or packed.in_features % 32:
         return None
-    return _block_linear(packed.tensors["blocks"], fmt, bias, portable)
+    return _block_linear(packed.tensors["blocks"], fmt, bias, portable, vnni)
 
 
-def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None) -> Kernel | None:
+def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
+                vnni: bool | None = None) -> Kernel | None:
     """W8A8 for ``int8`` weights (per output channel) whose method allows dynamic activation scales: the rows as
     q8_0 blocks, each block's scale the row's rounded to float16 (a relative change of at most 2^-11), x quantized
     per block of 32. None for weight-only int8 (``activations='none'``: x must stay as it is), inputs that are not
@@ -57,7 +91,7 @@ def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     blocks = torch.empty(rows, nb, 34, dtype=torch.uint8)
     blocks[:, :, :2] = half.view(torch.uint8).reshape(rows, 1, 2)
     blocks[:, :, 2:] = q.contiguous().view(torch.uint8).reshape(rows, nb, 32)
-    linear = _block_linear(blocks.reshape(rows, nb * 34), GGML_FORMATS["q8_0"], bias, portable)
+    linear = _block_linear(blocks.reshape(rows, nb * 34), GGML_FORMATS["q8_0"], bias, portable, vnni)
     smooth = getattr(packed, "input_scale", None)
     if smooth is None:
         return linear
@@ -69,8 +103,11 @@ def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     return smoothed
 
 
-def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, portable: bool | None) -> Kernel:
+def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, portable: bool | None,
+                  vnni: bool | None = None) -> Kernel:
     kernels.load()
+    if not portable and vnni is not False and has_vnni() and torch.ops.frame_cpu.ggml_repacked_available():
+        return _repacked_linear(blocks, fmt, bias)
     op = torch.ops.frame_cpu.ggml_linear.default
     blocks = blocks.contiguous()
     float_bias = None if bias is None else bias.float().contiguous()
@@ -80,6 +117,21 @@ def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, por
         if x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16):
             return None
         return op(x, blocks, fmt, float_bias, plain)
+
+    return linear
+
+
+def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) -> Kernel:
+    """The AVX-512 VNNI kernel over ``blocks`` repacked once (``repack_blocks``)."""
+    op = torch.ops.frame_cpu.ggml_linear_repacked.default
+    out_features = blocks.shape[0]
+    qs, scales = repack_blocks(blocks.contiguous(), fmt)
+    float_bias = None if bias is None else bias.float().contiguous()
+
+    def linear(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16):
+            return None
+        return op(x, qs, scales, fmt, out_features, float_bias)
 
     return linear
 

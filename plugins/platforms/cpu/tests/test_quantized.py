@@ -1,4 +1,4 @@
-"""The cpu platform's kernels for packed ggml blocks (q4_0, q4_1, q8_0), both the AVX2 and the portable path,
+"""The cpu platform's kernels for packed ggml blocks (q4_0, q4_1, q8_0), the AVX-512 VNNI, AVX2 and portable paths,
 against gguf's own dequantisation."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from frame_platform_cpu import kernels, probe, quantized
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
-PATHS = [pytest.param(True, id="portable"),
-         pytest.param(False, id="avx2", marks=pytest.mark.skipif(not probe.has_avx2_fma(), reason="no AVX2 and FMA"))]
+PATHS = [pytest.param({"portable": True}, id="portable"),
+         pytest.param({"portable": False, "vnni": False}, id="avx2",
+                      marks=pytest.mark.skipif(not probe.has_avx2_fma(), reason="no AVX2 and FMA")),
+         pytest.param({"portable": False, "vnni": True}, id="avx512_vnni",
+                      marks=pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW"))]
 
 
 def packed(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
@@ -32,12 +35,13 @@ def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("portable", PATHS)
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
-@pytest.mark.parametrize("rows", [1, 3, 4, 9])
-def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, portable: bool) -> None:
-    weight = packed(fmt, 48, 96)
-    bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 17])
+@pytest.mark.parametrize("out_features", [48, 40])  # 40: the VNNI layout's last group of 16 is padded
+def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, out_features: int, portable: dict) -> None:
+    weight = packed(fmt, out_features, 96)
+    bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1))
-    kernel = quantized.ggml_linear(weight, bias, portable=portable)
+    kernel = quantized.ggml_linear(weight, bias, **portable)
     y = kernel(x)
     dense = weight.dequantize().double()
     # Exact arithmetic on the int8-rounded x: the kernel sums each block's 32 integer products exactly, so only
@@ -52,11 +56,11 @@ def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, portable: b
 
 
 @pytest.mark.parametrize("portable", PATHS)
-def test_bfloat16_rows_come_back_bfloat16(portable: bool) -> None:
+def test_bfloat16_rows_come_back_bfloat16(portable: dict) -> None:
     weight = packed("q4_1", 32, 64)
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3))
     xb = x.bfloat16()
-    y = quantized.ggml_linear(weight, None, portable=portable)(xb)
+    y = quantized.ggml_linear(weight, None, **portable)(xb)
     assert y.dtype == torch.bfloat16
     # The kernel quantizes the bfloat16 rows per block exactly as float32 ones (a bfloat16 value is one), so the
     # only further error is the result's one rounding to bfloat16 (8 bits of mantissa).
@@ -69,9 +73,21 @@ def test_paths_agree_on_a_large_weight() -> None:
         pytest.skip("no AVX2 and FMA: only the portable path runs here")
     weight = packed("q4_1", 200, 576, seed=4)
     x = torch.randn(6, 576, generator=torch.Generator().manual_seed(5))
-    fast, plain = quantized.ggml_linear(weight, None, portable=False)(x), quantized.ggml_linear(weight, None,
-                                                                                                portable=True)(x)
-    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-4)  # only the order of float32 block sums differs
+    plain = quantized.ggml_linear(weight, None, portable=True)(x)
+    for vnni in (False, True) if quantized.has_vnni() else (False,):
+        fast = quantized.ggml_linear(weight, None, portable=False, vnni=vnni)(x)
+        torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-4)  # only the order of float32 block sums differs
+
+
+@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+def test_vnni_rows_do_not_depend_on_their_batch(fmt: str) -> None:
+    weight = packed(fmt, 64, 576, seed=6)
+    linear = quantized.ggml_linear(weight, None, vnni=True)
+    x = torch.randn(11, 576, generator=torch.Generator().manual_seed(7))
+    together = linear(x)
+    for row in (0, 3, 4, 10):
+        assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
 def test_formats_without_a_kernel_decline() -> None:
@@ -107,11 +123,11 @@ def _int8(rows: int, inputs: int, activations: str = "dynamic"):
 
 @pytest.mark.parametrize("portable", PATHS)
 @pytest.mark.parametrize("rows", [1, 5])
-def test_int8_w8a8_is_the_product_of_int8_rows(rows: int, portable: bool) -> None:
+def test_int8_w8a8_is_the_product_of_int8_rows(rows: int, portable: dict) -> None:
     weight = _int8(48, 96)
     bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1))
-    y = quantized.int8_linear(weight, bias, portable=portable)(x)
+    y = quantized.int8_linear(weight, bias, **portable)(x)
     # The row scales go through float16 (2^-11 relative), x is rounded to int8 per block of 32 as for q8_0.
     scale16 = weight.tensors["scale"].half().double()
     exact = quantized_inputs(x) @ (weight.tensors["q"].double() * scale16).T + bias.double()

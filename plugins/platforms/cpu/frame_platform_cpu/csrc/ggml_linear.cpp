@@ -13,6 +13,13 @@
 //
 // `portable` runs the same arithmetic in plain C++ (the path of CPUs without AVX2, and its test here); both sum a
 // block's 32 integer products exactly, so they differ only in the order of the float32 block sums.
+//
+// `ggml_linear_repacked` is the AVX-512 VNNI path (Ice Lake and later Xeons, Zen 4): the same blocks repacked once
+// at load (quantized.repack_blocks) so that one zmm holds 16 output rows' values of 4 consecutive inputs, and one
+// `vpdpbusd` multiplies them by 4 of x's int8 values (broadcast) for all 16 rows at once, with no horizontal sums.
+// At one row it reads the weight at the machine's streaming rate: all of SmolLM2-135M's Q4_1 linears (66 MB of
+// q4_1, a 30 MB q8_0 output matrix) in 2.6 ms on 2 cores of a Xeon, against 10.8 ms for the AVX2 path and 2.5
+// ms for a plain read of the same bytes; four rows in 3.3 ms.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -32,6 +39,11 @@
 #define FRAME_GGML_AVX2 1
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define FRAME_GGML_VNNI 1
+#endif
+
 namespace {
 
 constexpr int64_t kBlock = 32;
@@ -47,14 +59,16 @@ inline float half_at(const uint8_t* p) {
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
-// x's rows quantized per block: q [m][k] int8, d and s [m][k / 32] float32.
+// x's rows quantized per block: q [m][k] int8, d and s [m][k / 32] float32, sum [m][k / 32] (sum of q, which the
+// VNNI path's offset weights need as an integer).
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d, s;
+  std::vector<int32_t> sum;
 };
 
 template <typename T>
-void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s) {
+void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     float xs[kBlock];
     float amax = 0.f;
@@ -72,21 +86,60 @@ void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s) {
     }
     d[b] = scale;
     s[b] = scale * static_cast<float>(sum);
+    sums[b] = sum;
   }
 }
 
-QuantizedRows quantize_rows(const at::Tensor& x) {
+#if FRAME_GGML_VNNI
+// quantize_row 16 lanes at a time, bitwise the same: max|x| is exact in any order, x * inv is the same float
+// product, and vcvtps2dq rounds half to even like nearbyint (both follow MXCSR's default mode).
+inline __m512 load16_as_float(const float* x) { return _mm512_loadu_ps(x); }
+inline __m512 load16_as_float(const c10::BFloat16* x) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+template <typename T>
+void quantize_row_avx512(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const __m512 lo = load16_as_float(x + b * kBlock), hi = load16_as_float(x + b * kBlock + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float scale = amax / 127.f;
+    const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inv)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtepi32_epi8(qhi));
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(sum);
+    sums[b] = sum;
+  }
+}
+#endif
+
+// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++.
+QuantizedRows quantize_rows(const at::Tensor& x, bool simd) {
   const int64_t m = x.size(0), k = x.size(1);
-  QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * k / kBlock), std::vector<float>(m * k / kBlock)};
+  const int64_t nb = k / kBlock;
+  QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb),
+                    std::vector<int32_t>(m * nb)};
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int8_t* q = out.q.data() + r * k;
-      float* d = out.d.data() + r * (k / kBlock);
-      float* s = out.s.data() + r * (k / kBlock);
+      float* d = out.d.data() + r * nb;
+      float* s = out.s.data() + r * nb;
+      int32_t* sum = out.sum.data() + r * nb;
+#if FRAME_GGML_VNNI
+      if (simd) {
+        if (x.scalar_type() == at::kFloat) quantize_row_avx512(x.data_ptr<float>() + r * k, k, q, d, s, sum);
+        else quantize_row_avx512(x.data_ptr<c10::BFloat16>() + r * k, k, q, d, s, sum);
+        continue;
+      }
+#endif
       if (x.scalar_type() == at::kFloat) {
-        quantize_row(x.data_ptr<float>() + r * k, k, q, d, s);
+        quantize_row(x.data_ptr<float>() + r * k, k, q, d, s, sum);
       } else {
-        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, q, d, s);
+        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, q, d, s, sum);
       }
     }
   });
@@ -198,6 +251,102 @@ void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0
 }
 #endif
 
+#if FRAME_GGML_VNNI
+// The repacked layout (quantized.repack_blocks): output rows in groups of 16, one per int32 lane. For group g
+// and block b, `qs` holds the block's quantized values as `quads` zmm-sized chunks [quads][16 rows][4 bytes]:
+// chunk c is, for each of the 16 rows, the 4 bytes that `vpdpbusd` multiplies by x's 4 inputs 4c..4c+3.
+//   q4_0 / q4_1: 4 chunks of the rows' nibble bytes, byte t of chunk c is ggml's byte 4c+t, so its low nibble is
+//                input 4c+t and its high nibble input 16+4c+t: the low nibbles are chunks 0-3, the high 4-7.
+//   q8_0:        8 chunks of the rows' bytes, each XOR 0x80 (q + 128, unsigned) for vpdpbusd's u8 operand.
+// `scales` holds the 16 rows' float16 d (then, q4_1, m) per block, [16] each. The weight is read exactly once
+// per row tile, sequentially, at ggml's own bytes per value.
+constexpr int kGroup = 16;
+constexpr int kVnniRows = 4;              // rows of x per pass over a group (measured: 8 and two chains no faster)
+constexpr int64_t kPrefetchAhead = 1024;  // bytes of the weight asked for ahead of the block being multiplied
+
+template <int64_t Format>
+constexpr int quads_of() { return Format == kQ8_0 ? 8 : 4; }
+template <int64_t Format>
+constexpr int scales_of() { return Format == kQ4_1 ? 2 : 1; }
+// The unsigned operand is the weight plus this: w = d (u - offset) (+ m).
+template <int64_t Format>
+constexpr int32_t offset_of() { return Format == kQ8_0 ? 128 : (Format == kQ4_0 ? 8 : 0); }
+
+inline __m512i broadcast_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// One group of 16 output rows against R rows of quantized x (rows r0.. of xq): acc[r] lane j = row j's dot.
+template <int64_t Format, int R>
+void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedRows& xq, int64_t r0,
+                int64_t k, __m512* acc) {
+  constexpr int quads = quads_of<Format>();
+  constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
+  constexpr int32_t offset = offset_of<Format>();
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* qx = xq.q.data() + r0 * k;
+  const float* dx = xq.d.data() + r0 * nb;
+  const float* sx = xq.s.data() + r0 * nb;
+  const int32_t* sumx = xq.sum.data() + r0 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = qs + b * qbytes;
+    // The weight streams from memory once: asking for it 1 KB ahead into L1 took one row's step from 2.9 to 2.6
+    // ms (a plain read of the same bytes: 2.5), four rows' from 4.3 to 3.3.
+    for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T0);
+    if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + b * sbytes + kPrefetchAhead / 8), _MM_HINT_T0);
+    __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
+    if constexpr (Format == kQ8_0) {
+      for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(wb + 64 * i);
+    } else {
+      for (int c = 0; c < 4; ++c) {
+        const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
+        w[c] = _mm512_and_si512(packed, nibble);
+        w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+      }
+    }
+    const uint16_t* sb = scales + b * sbytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (Format == kQ4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)));
+    // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
+    // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
+    // offset back out.
+    __m512i lo[R];
+    for (int r = 0; r < R; ++r) lo[r] = offset ? _mm512_set1_epi32(-offset * sumx[r * nb + b]) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xb = qx + r * k + b * kBlock;
+        lo[r] = _mm512_dpbusd_epi32(lo[r], w[i], broadcast_quad(xb + 4 * i));
+        lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i dot = lo[r];
+      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx[r * nb + b]));
+      acc[r] = _mm512_fmadd_ps(scaled, dw, acc[r]);
+      if constexpr (Format == kQ4_1) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc[r]);
+    }
+  }
+}
+
+template <int64_t Format>
+void groups_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedRows& xq, int64_t r0,
+                 int rows, int64_t k, __m512* acc) {
+  switch (rows) {
+    case 1: group_vnni<Format, 1>(qs, scales, nb, xq, r0, k, acc); break;
+    case 2: group_vnni<Format, 2>(qs, scales, nb, xq, r0, k, acc); break;
+    case 3: group_vnni<Format, 3>(qs, scales, nb, xq, r0, k, acc); break;
+    default: group_vnni<Format, 4>(qs, scales, nb, xq, r0, k, acc); break;
+  }
+}
+#endif
+
 at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                        const c10::optional<at::Tensor>& bias, bool portable) {
   TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "ggml_linear takes q4_0, q4_1 or q8_0 blocks");
@@ -217,7 +366,7 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   }
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
-  const QuantizedRows xq = quantize_rows(xc);
+  const QuantizedRows xq = quantize_rows(xc, !portable);
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   const int64_t row_bytes = blocks.size(1);
   const bool as_float = xc.scalar_type() == at::kFloat;
@@ -252,10 +401,95 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   return y;
 }
 
+// y = x W^T (+ b) over the repacked weight (the layout above): `qs` uint8 [groups, nb, quads, 16, 4], `scales`
+// float16 [groups, nb, 1 or 2, 16]; rows past out_features in the last group are padding and are not written.
+at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                                int64_t out_features, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "ggml_linear_repacked takes q4_0, q4_1 or q8_0");
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
+  const int64_t quads = format == kQ8_0 ? 8 : 4, nscales = format == kQ4_1 ? 2 : 1;
+  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
+                  qs.size(3) == 16 && qs.size(4) == 4,
+              "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.dim() == 4 &&
+                  scales.size(0) == qs.size(0) && scales.size(1) == qs.size(1) && scales.size(2) == nscales &&
+                  scales.size(3) == 16,
+              "scales must be contiguous float16 [groups, blocks, ", nscales, ", 16]");
+  const at::Tensor xc = x.contiguous();
+  const int64_t m = xc.size(0), k = xc.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
+  TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
+  TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
+  const float* bias_ptr = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
+                "bias must be float32 with out_features elements");
+    bias_ptr = bias->data_ptr<float>();
+  }
+  at::Tensor y = at::empty({m, n}, xc.options());
+  if (m == 0 || n == 0) return y;
+#if FRAME_GGML_VNNI
+  const QuantizedRows xq = quantize_rows(xc, true);
+  const uint8_t* qp = qs.data_ptr<uint8_t>();
+  const uint16_t* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
+  const int64_t group_qbytes = nb * quads * 64, group_scales = nb * nscales * 16;
+  const bool as_float = xc.scalar_type() == at::kFloat;
+  float* yf = as_float ? y.data_ptr<float>() : nullptr;
+  c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
+  // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    __m512 acc[kVnniRows];
+    for (int64_t g = begin; g < end; ++g) {
+      const uint8_t* gq = qp + g * group_qbytes;
+      const uint16_t* gs = sp + g * group_scales;
+      const int64_t col = g * 16;
+      const int lanes = static_cast<int>(std::min<int64_t>(16, n - col));
+      const __mmask16 mask = lanes == 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+      const __m512 b = bias_ptr ? _mm512_maskz_loadu_ps(mask, bias_ptr + col) : _mm512_setzero_ps();
+      // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
+      for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
+        if (format == kQ4_0) groups_vnni<kQ4_0>(gq, gs, nb, xq, r0, rows, k, acc);
+        else if (format == kQ4_1) groups_vnni<kQ4_1>(gq, gs, nb, xq, r0, rows, k, acc);
+        else groups_vnni<kQ8_0>(gq, gs, nb, xq, r0, rows, k, acc);
+        for (int r = 0; r < rows; ++r) {
+          const __m512 v = _mm512_add_ps(acc[r], b);
+          if (as_float) {
+            _mm512_mask_storeu_ps(yf + (r0 + r) * n + col, mask, v);
+          } else {
+            float lane[16];
+            _mm512_storeu_ps(lane, v);
+            for (int j = 0; j < lanes; ++j) yb[(r0 + r) * n + col + j] = c10::BFloat16(lane[j]);
+          }
+        }
+      }
+    }
+  });
+  return y;
+#else
+  TORCH_CHECK(false, "ggml_linear_repacked needs AVX-512 VNNI and BW, which this build lacks");
+#endif
+}
+
+// True when this build has the AVX-512 VNNI kernel (the CPU has it and the compiler emitted it).
+bool ggml_repacked_available() {
+#if FRAME_GGML_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("ggml_linear(Tensor x, Tensor blocks, int format, Tensor? bias, bool portable=False) -> Tensor");
+  m.def("ggml_linear_repacked(Tensor x, Tensor qs, Tensor scales, int format, int out_features, Tensor? bias) -> "
+        "Tensor");
+  m.def("ggml_repacked_available() -> bool", &ggml_repacked_available);
 }
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("ggml_linear", &ggml_linear); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("ggml_linear", &ggml_linear);
+  m.impl("ggml_linear_repacked", &ggml_linear_repacked);
+}
