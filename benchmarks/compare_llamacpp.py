@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pause", action=argparse.BooleanOptionalAction, default=True,
                         help="stop llama.cpp's process (SIGSTOP) while frame runs; frame sleeps while it runs")
     parser.add_argument("--perplexity", action="store_true", help="also score both on frame's shipped text")
+    parser.add_argument("--llamacpp-extra-buffers", action=argparse.BooleanOptionalAction, default=True,
+                        help="llama.cpp's weight repacking (its AMX / repack kernels; on by default in llama.cpp)")
+    parser.add_argument("--llamacpp-prefill", choices=["batch", "tokens"], default="batch",
+                        help="tokens: llama.cpp reads the prompt one token at a time (its AMX buffers crash on "
+                             "batches in some builds: llama.cpp issue 20824); the decode column is unaffected")
     parser.add_argument("--n-ctx", type=int, default=512, help="perplexity chunk length")
     parser.add_argument("--show-log", action="store_true", help="echo llama.cpp's own output to stderr")
     parser.add_argument("--json", type=Path, default=None)
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds: dict[str, list[float]] = {label: [], "llama.cpp": []}
     background: dict[str, list[float | None]] = {label: [], "llama.cpp": []}
     ttft: dict[str, list[float]] = {label: [], "llama.cpp": []}
+    decode: dict[str, list[float]] = {label: [], "llama.cpp": []}  # tokens after the first, per second
     loads: list[float] = []
     outputs: dict[str, list[list[int]]] = {}
     report: dict[str, Any] = {"workload": args.workload, "workload_options": options, "threads": args.threads}
@@ -108,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             spec = {"model": str(engine.source.path), "threads": args.threads, "n_ctx": args.max_model_len,
                     "prompts": [list(r.prompt_token_ids) for r in requests],
                     "max_tokens": [r.params.max_tokens for r in requests],
-                    "chunks": chunks(token_ids(tokenizer), args.n_ctx, bos_of(tokenizer))}
+                    "chunks": chunks(token_ids(tokenizer), args.n_ctx, bos_of(tokenizer)),
+                    "extra_buffers": args.llamacpp_extra_buffers, "prefill": args.llamacpp_prefill,
+                    # Scoring prefills whole chunks: batched, so without the buffers where prefill must go by token.
+                    "score_extra_buffers": args.llamacpp_extra_buffers and args.llamacpp_prefill == "batch"}
             (Path(tmp) / "spec.json").write_text(json.dumps(spec))
             llama = LlamaCppProcess(args.llamacpp_python, Path(tmp) / "spec.json", args.show_log)
             console.print(f"llama.cpp: {llama.version}")
@@ -128,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                     if llama is not None:
                         llama.signal(signal.SIGCONT)
                 background[label].append(meter.foreign_cores())
-                rounds[label].append(result.summary()["output_tok_s"])
+                summary = result.summary()
+                rounds[label].append(summary["output_tok_s"])
+                decode[label].append(1000.0 / summary["tpot_ms"])
                 if len(requests) == 1 and result.timings[0].ttft is not None:
                     ttft[label].append(result.timings[0].ttft)
                 outputs["frame"] = [t.output_token_ids for t in result.timings]
@@ -137,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = llama.run()
                 background["llama.cpp"].append(meter.foreign_cores())
                 rounds["llama.cpp"].append(theirs["output_tokens"] / theirs["elapsed_s"])
+                decode["llama.cpp"].append((theirs["output_tokens"] - len(requests))
+                                           / (theirs["elapsed_s"] - theirs["first_token_s"]))
                 if theirs.get("ttft_s") is not None:
                     ttft["llama.cpp"].append(theirs["ttft_s"])
                 outputs["llama.cpp"] = theirs["outputs"]
@@ -155,24 +168,29 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table(title=f"{args.workload}: {len(requests)} requests, {args.threads} threads, output tokens/s "
                   f"(load average {', '.join(f'{x:.2f}' for x in loads)})")
-    for column in ("system", "median", "rounds", "bg cores", "TTFT ms", "perplexity"):
+    for column in ("system", "median", "rounds", "decode tok/s", "bg cores", "TTFT ms", "perplexity"):
         table.add_column(column)
     for name, values in rounds.items():
         if values or name in scores:
             table.add_row(name, f"{statistics.median(values):.1f}" if values else "-",
-                          " ".join(f"{v:.1f}" for v in values), " ".join(_cores(b) for b in background[name]),
+                          " ".join(f"{v:.1f}" for v in values),
+                          f"{statistics.median(decode[name]):.1f}" if decode[name] else "-",
+                          " ".join(_cores(b) for b in background[name]),
                           f"{statistics.median(ttft[name]) * 1000:.0f}" if ttft[name] else "-",
                           f"{scores[name]['perplexity']:.4f}" if name in scores else "-")
     console.print(table)
-    report.update(rounds=rounds, background_cores=background, ttft_s=ttft, load_average=loads, perplexity=scores,
+    report.update(rounds=rounds, decode_tok_s=decode, background_cores=background, ttft_s=ttft, load_average=loads,
+                  perplexity=scores,
                   frame_peak_rss_mib=_status_kib(os.getpid(), "VmHWM") / 1024)
     if rounds[label] and rounds["llama.cpp"]:
         ratio = statistics.median(rounds[label]) / statistics.median(rounds["llama.cpp"])
         shared = [common_prefix_length(list(a), list(b), len(a))
                   for a, b in zip(outputs["frame"], outputs["llama.cpp"], strict=True)]
-        console.print(f"frame / llama.cpp: {ratio:.2f}x tokens/s; greedy outputs share their first "
-                      f"{', '.join(map(str, shared))} tokens")
-        report.update(ratio=ratio, shared_prefix_tokens=shared)
+        decode_ratio = statistics.median(decode[label]) / statistics.median(decode["llama.cpp"])
+        console.print(f"frame / llama.cpp: {ratio:.2f}x tokens/s, {decode_ratio:.2f}x decode tokens/s; greedy outputs "
+                      f"share their first {', '.join(map(str, shared))} tokens")
+        report.update(ratio=ratio, decode_ratio=decode_ratio, shared_prefix_tokens=shared,
+                      llamacpp_extra_buffers=args.llamacpp_extra_buffers, llamacpp_prefill=args.llamacpp_prefill)
     if len(scores) == 2:
         ppl = scores[label]["perplexity"] / scores["llama.cpp"]["perplexity"]
         console.print(f"perplexity frame / llama.cpp: {ppl:.4f} ({(ppl - 1) * 100:+.2f}%)")

@@ -32,7 +32,11 @@ def generate(llm: Any, prompt: list[int], max_tokens: int) -> tuple[list[int], f
 
     llm.reset()
     start = time.perf_counter()
-    llm.eval(prompt)
+    if PREFILL_BY_TOKEN:
+        for token in prompt:
+            llm.eval([token])
+    else:
+        llm.eval(prompt)
     out: list[int] = []
     first = 0.0
     vocab = llm.n_vocab()
@@ -63,11 +67,34 @@ def chunk_nll(llm: Any, chunk: list[int]) -> tuple[float, int]:
     return float(-logprobs[np.arange(len(targets)), targets].sum()), len(targets)
 
 
+#: Set from the spec: feed the prompt one token at a time (for llama.cpp builds whose batched path fails here).
+PREFILL_BY_TOKEN = False
+
+
+def use_extra_buffers(llama_cpp: Any, on: bool) -> None:
+    """llama.cpp's weight repacking buffers (its AMX and repack kernels): on by default; ``on`` False makes every
+    model this process loads keep ggml's plain layout."""
+    default = llama_cpp.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = on
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    import llama_cpp.llama as module
+
+    module.llama_cpp.llama_model_default_params = params
+
+
 def main(path: str) -> int:
+    global PREFILL_BY_TOKEN
     import llama_cpp
     from llama_cpp import Llama
 
     spec = json.loads(Path(path).read_text())
+    PREFILL_BY_TOKEN = spec.get("prefill", "batch") == "tokens"
+    use_extra_buffers(llama_cpp, spec.get("extra_buffers", True))
     common = {"model_path": spec["model"], "n_threads": spec["threads"], "n_threads_batch": spec["threads"],
               "n_batch": spec.get("n_batch", 512), "seed": 0, "verbose": False}
     llm = Llama(n_ctx=spec["n_ctx"], **common)
@@ -86,13 +113,14 @@ def main(path: str) -> int:
                 firsts.append(first)
             elapsed = time.perf_counter() - start
             result: dict[str, Any] = {"elapsed_s": elapsed, "output_tokens": sum(map(len, outputs)),
-                                      "outputs": outputs}
+                                      "outputs": outputs, "first_token_s": sum(firsts)}
             if len(prompts) == 1:
                 result["ttft_s"] = firsts[0]
             print("RESULT " + json.dumps(result), flush=True)
         elif command == "perplexity":
             chunks = spec["chunks"]
             if scorer is None:  # every position's logits: only the scoring model keeps them all
+                use_extra_buffers(llama_cpp, spec.get("score_extra_buffers", spec.get("extra_buffers", True)))
                 scorer = Llama(n_ctx=len(chunks[0]), logits_all=True, **common)
             start = time.perf_counter()
             nll, count = 0.0, 0
