@@ -5,8 +5,9 @@ model) in each weight format the cpu platform serves on this CPU, in ms per step
 
 Formats: torch's float32 ``F.linear`` (MKL), the packed float32 kernel, bfloat16 weights in that kernel (storage
 only, float32 arithmetic: the AVX2 / AVX-512-without-BF16 path), the AVX-512 BF16 packed kernel where the CPU has
-it, and the ggml q8_0 / q4_1 blocks kept packed. Compare the GFLOP/s with ``cpu_floor.cpp``'s FMA peak and the
-GB/s with its read bandwidth: one-row steps are bound by the bytes, large ones by the arithmetic.
+it, the ggml q8_0 / q4_1 blocks kept packed, and ``int8`` W8A8 (x per token) where the CPU has VNNI. Compare the
+GFLOP/s with ``cpu_floor.cpp``'s peaks and the GB/s with its read bandwidth: one-row steps are bound by the
+bytes, large ones by the arithmetic.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from frame.weights import GGMLWeight
-from frame_platform_cpu import kernels, probe, quantized
+from frame_platform_cpu import kernels, probe, quantized, w8a8
 
 #: (out features, in features, calls per step): QKV, O, gate-up, down for each of 30 layers, then the logits.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
@@ -38,11 +40,21 @@ def formats() -> dict[str, tuple[Callable[[torch.Tensor], Linear], torch.dtype]]
     for fmt in ("q8_0", "q4_1"):
         out[f"{fmt} packed"] = (lambda w, f=fmt: quantized.ggml_linear(GGMLWeight.quantized(f, w), None),
                                 torch.float32)
+    if w8a8.has_vnni():
+        out[f"int8 w8a8 {w8a8.isa_path()}"] = (lambda w: w8a8.w8a8_linear(int8_rows(w), None), torch.bfloat16)
     return out
 
 
+def int8_rows(weight: torch.Tensor) -> SimpleNamespace:
+    """The ``int8`` plugin's per-output-channel format, duck-typed (a benchmark imports no plugin but the
+    platform): q = round(w / s) with s = max|w_row| / 127."""
+    scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
+    q = torch.round(weight / scale[:, None]).to(torch.int8)
+    return SimpleNamespace(tensors={"q": q, "scale": scale}, activations="dynamic", input_scale=None)
+
+
 def weight_bytes(name: str, out_f: int, in_f: int) -> float:
-    per_value = {"q8_0": 34 / 32, "q4_1": 20 / 32}.get(name.split()[0], 2 if "bfloat16" in name else 4)
+    per_value = {"q8_0": 34 / 32, "q4_1": 20 / 32, "int8": 1}.get(name.split()[0], 2 if "bfloat16" in name else 4)
     return out_f * in_f * per_value
 
 

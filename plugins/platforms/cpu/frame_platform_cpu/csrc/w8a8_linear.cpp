@@ -42,6 +42,14 @@ constexpr int64_t kPanel = 32;
 constexpr int kRowTile = 8;  // rows per VNNI register tile: 8 x 2 accumulators
 
 #if FRAME_W8A8_VNNI
+// acc + (u8 a) . (s8 b) by 4-byte groups, written in assembly: GCC 12's _mm512_dpbusd_epi32 does not tie the
+// accumulator to the instruction's output, so in a register tile it copied every accumulator (and spilled two)
+// once per quad, which halved the tile's rate (505 against 936 GOP/s on one Zen 5 core).
+inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
 inline __m512 load16(const float* x, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, x); }
 inline __m512 load16(const c10::BFloat16* x, __mmask16 mask) {
   return frame_cpu::load16(reinterpret_cast<const uint16_t*>(x), mask);
@@ -126,7 +134,7 @@ void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* 
       int32_t quad;
       std::memcpy(&quad, x + r * k + 4 * q, sizeof quad);
       const __m512i a = _mm512_set1_epi32(quad);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], a, w[c]);
+      for (int c = 0; c < C; ++c) acc[r][c] = dpbusd(acc[r][c], a, w[c]);
     }
   }
   __m512i correction[C];
