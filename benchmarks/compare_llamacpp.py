@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         decode_ratio = statistics.median(decode[label]) / statistics.median(decode["llama.cpp"])
         console.print(f"frame / llama.cpp: {ratio:.2f}x tokens/s, {decode_ratio:.2f}x decode tokens/s; greedy outputs "
                       f"share their first {', '.join(map(str, shared))} tokens")
-        report.update(ratio=ratio, decode_ratio=decode_ratio, shared_prefix_tokens=shared,
+        report.update(ratio=ratio, decode_ratio=decode_ratio, shared_prefix_tokens=shared, outputs=outputs,
                       llamacpp_extra_buffers=args.llamacpp_extra_buffers, llamacpp_prefill=args.llamacpp_prefill)
     if len(scores) == 2:
         ppl = scores[label]["perplexity"] / scores["llama.cpp"]["perplexity"]
