@@ -58,15 +58,15 @@ def test_a_rows_result_does_not_depend_on_its_batch() -> None:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 576, generator=gen).bfloat16()
     linear = kernels.bfloat16_linear(weight, None)
-    x = torch.randn(40, 576, generator=gen).bfloat16()
+    x = torch.randn(500, 576, generator=gen).bfloat16()  # three blocks of rows (kRowBlockBytes) for k = 576
     together = linear(x)
-    for row in (0, 13, 14, 39):
+    for row in (0, 13, 14, 39, 223, 224, 499):
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
         assert torch.equal(linear(x[row:]), together[row:])
 
 
 @needs_avx512_bf16
-@pytest.mark.parametrize("rows", [1, 15, 64])
+@pytest.mark.parametrize("rows", [1, 15, 64, 500])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_swiglu_projection_has_the_bits_of_the_linear_then_the_activation_kernel(rows: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows)

@@ -8,7 +8,8 @@
 // columns' two weights side by side: [n / 32][k / 2][32][2]. One `vdpbf16ps` then multiplies a broadcast pair of
 // x by 16 columns' pairs. A tile of up to 14 rows x 32 columns keeps its 28 float32 accumulators in registers over
 // the whole of k and rounds them to bfloat16 once, at the end, as torch does. A panel is read from memory once and
-// from L2 for each further row tile; panels are split over torch's intra-op threads.
+// from cache for each further row tile, which meanwhile asks for the thread's next panel; panels are split over
+// torch's intra-op threads, and a prefill's rows are taken a block at a time (x in L2) across all of them.
 //
 // Each output is one float32 sum over k in the same order whatever the number of rows, so a row's result does not
 // depend on what it is batched with.
@@ -38,6 +39,7 @@ namespace {
 
 constexpr int64_t kPanel = 32;  // output columns per packed panel: two zmm registers of float32 accumulators
 constexpr int kRowTile = 14;    // rows per register tile: 14 x 2 accumulators, two weight registers, one broadcast
+constexpr int64_t kRowBlockBytes = 256 * 1024;  // x rows per pass over the panels: a quarter of a Zen 4/5 L2
 
 #if defined(__AVX512BF16__)
 inline __m512bh broadcast_pair(const uint16_t* x) {
@@ -47,16 +49,17 @@ inline __m512bh broadcast_pair(const uint16_t* x) {
 }
 
 // y[r, 0:16*C] for R rows: C is 2 for a whole panel, 1 for a trailing 16-column one. Gated: y[r, 0:16] is
-// silu(columns 0-15) * (columns 16-31).
+// silu(columns 0-15) * (columns 16-31). `ahead_lines` lines from `ahead` (part of the next panel) are asked into
+// L1, spread evenly over the pairs of k.
 template <int R, int C, bool Gated>
 void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias, uint16_t* y,
-          int64_t ldy) {
+          int64_t ldy, const char* ahead, int64_t ahead_lines) {
   __m512 acc[R][C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p) {
+  auto pair = [&](int64_t p) __attribute__((always_inline)) {
     __m512bh w[C];
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) w[c] = (__m512bh)_mm512_loadu_si512(panel + (p * C + c) * 32);
@@ -66,7 +69,18 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
 #pragma GCC unroll 2
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, w[c]);
     }
+  };
+  int64_t p = 0;
+  if (ahead_lines > 0) {
+    const int64_t every = std::max<int64_t>(1, pairs / ahead_lines);
+    const char* line = ahead;
+    const char* stop = ahead + 64 * ahead_lines;
+    for (; p + every <= pairs && line < stop; line += 64) {
+      _mm_prefetch(line, _MM_HINT_T0);
+      for (int64_t i = 0; i < every; ++i, ++p) pair(p);
+    }
   }
+  for (; p < pairs; ++p) pair(p);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
@@ -86,10 +100,10 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
 
 template <int C, bool Gated>
 void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias,
-               uint16_t* y, int64_t ldy) {
+               uint16_t* y, int64_t ldy, const char* ahead, int64_t ahead_lines) {
   switch (rows) {
 #define FRAME_TILE_CASE(R) \
-  case R: tile<R, C, Gated>(x, ldx, panel, pairs, bias, y, ldy); break;
+  case R: tile<R, C, Gated>(x, ldx, panel, pairs, bias, y, ldy, ahead, ahead_lines); break;
     FRAME_TILE_CASE(1) FRAME_TILE_CASE(2) FRAME_TILE_CASE(3) FRAME_TILE_CASE(4) FRAME_TILE_CASE(5)
     FRAME_TILE_CASE(6) FRAME_TILE_CASE(7) FRAME_TILE_CASE(8) FRAME_TILE_CASE(9) FRAME_TILE_CASE(10)
     FRAME_TILE_CASE(11) FRAME_TILE_CASE(12) FRAME_TILE_CASE(13) FRAME_TILE_CASE(14)
@@ -99,12 +113,25 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, 
 }
 
 // Every row of x against one panel of C x 16 columns, kRowTile rows at a time; y has rows of ldy.
+// The first row tile streams the panel from memory at its own pace and the others reread it from cache, so the
+// later tiles ask for the `next` panel (next_bytes of it, or none) a share each: a step's decode linears at 64
+// rows with the weights from memory went from about 80% of their in-cache rate to 95% (25.6 -> 20.7 ms on Zen 5).
+// A single tile (8 rows or more) asks for it itself; fewer rows are bound by the weight's bytes, where the
+// hardware prefetcher keeps up.
 template <int C, bool Gated>
 void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* panel, const float* bias, uint16_t* y,
-                   int64_t ldy) {
-  for (int64_t r = 0; r < m; r += kRowTile) {
+                   int64_t ldy, const uint16_t* next, int64_t next_bytes) {
+  const int64_t tiles = (m + kRowTile - 1) / kRowTile, lines = next == nullptr || m < 8 ? 0 : next_bytes / 64;
+  const int64_t first_tile = tiles > 1 ? 1 : 0, sharing = tiles - first_tile;
+  for (int64_t t = 0, r = 0; r < m; ++t, r += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r));
-    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy);
+    int64_t first = 0, count = 0;
+    if (t >= first_tile) {
+      first = lines * (t - first_tile) / sharing;
+      count = lines * (t - first_tile + 1) / sharing - first;
+    }
+    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy,
+                        reinterpret_cast<const char*>(next) + 64 * first, count);
   }
 }
 #endif
@@ -135,14 +162,24 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
   const auto* wp = reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>());
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
   const int64_t panels = (n + kPanel - 1) / kPanel;  // the last one has 16 columns when n is an odd multiple of 16
+  // Rows in blocks whose x fits in L2 beside the panels (kRowBlockBytes): a prefill chunk's x (thousands of rows)
+  // would otherwise stream from L3 once per panel.
+  const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / (2 * k) / kRowTile * kRowTile);
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel;
-      const uint16_t* panel = wp + col * k;
-      const float* panel_bias = bias_ptr ? bias_ptr + col : nullptr;
-      if (gated) panel_product<2, true>(xp, m, k, panel, panel_bias, yp + p * 16, width);
-      else if (n - col >= kPanel) panel_product<2, false>(xp, m, k, panel, panel_bias, yp + col, width);
-      else panel_product<1, false>(xp, m, k, panel, panel_bias, yp + col, width);
+    for (int64_t r0 = 0; r0 < m; r0 += block_rows) {
+      const int64_t rows = std::min<int64_t>(block_rows, m - r0);
+      const uint16_t* xb = xp + r0 * k;
+      uint16_t* yb = yp + r0 * width;
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t col = p * kPanel;
+        const uint16_t* panel = wp + col * k;
+        const float* panel_bias = bias_ptr ? bias_ptr + col : nullptr;
+        const uint16_t* next = p + 1 < end ? panel + kPanel * k : nullptr;  // this thread's next panel
+        const int64_t next_bytes = next == nullptr ? 0 : std::min<int64_t>(kPanel, n - col - kPanel) * k * 2;
+        if (gated) panel_product<2, true>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, next_bytes);
+        else if (n - col >= kPanel) panel_product<2, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, next_bytes);
+        else panel_product<1, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, next_bytes);
+      }
     }
   });
   return y;

@@ -40,6 +40,7 @@ namespace {
 
 constexpr int64_t kPanel = 32;
 constexpr int kRowTile = 8;  // rows per VNNI register tile: 8 x 2 accumulators
+constexpr int64_t kRowBlockBytes = 256 * 1024;  // quantized x rows per pass over the panels
 
 #if FRAME_W8A8_VNNI
 // acc + (u8 a) . (s8 b) by 4-byte groups, written in assembly: GCC 12's _mm512_dpbusd_epi32 does not tie the
@@ -119,24 +120,35 @@ struct Output {
   }
 };
 
-// R rows x 16 * C columns: acc += (q_x + 128) . w over k / 4 quads, then minus 128 * column sums.
+// R rows x 16 * C columns: acc += (q_x + 128) . w over k / 4 quads, then minus 128 * column sums. `ahead_lines`
+// lines from `ahead` (part of the next panel) are asked into L1 along the way (as packed_linear.cpp's tiles do).
 template <int R, int C>
 void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* col_sums, const Output& out,
-               int64_t r0, int64_t col, int64_t out_col) {
+               int64_t r0, int64_t col, int64_t out_col, const char* ahead, int64_t ahead_lines) {
   __m512i acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
-  for (int64_t q = 0; q < k / 4; ++q) {
+  auto quad = [&](int64_t q) __attribute__((always_inline)) {
     __m512i w[C];
     for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(panel + (q * C + c) * 64);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      int32_t quad;
-      std::memcpy(&quad, x + r * k + 4 * q, sizeof quad);
-      const __m512i a = _mm512_set1_epi32(quad);
+      int32_t bytes;
+      std::memcpy(&bytes, x + r * k + 4 * q, sizeof bytes);
+      const __m512i a = _mm512_set1_epi32(bytes);
       for (int c = 0; c < C; ++c) acc[r][c] = dpbusd(acc[r][c], a, w[c]);
     }
+  };
+  const int64_t quads = k / 4;
+  int64_t q = 0;
+  if (ahead_lines > 0) {
+    const int64_t every = std::max<int64_t>(1, quads / ahead_lines);
+    for (const char* line = ahead; q + every <= quads && line < ahead + 64 * ahead_lines; line += 64) {
+      _mm_prefetch(line, _MM_HINT_T0);
+      for (int64_t i = 0; i < every; ++i, ++q) quad(q);
+    }
   }
+  for (; q < quads; ++q) quad(q);
   __m512i correction[C];
   for (int c = 0; c < C; ++c)
     correction[c] = _mm512_slli_epi32(_mm512_loadu_si512(col_sums + col + 16 * c), 7);  // 128 * sum(w)
@@ -148,10 +160,10 @@ void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* 
 
 template <int C>
 void vnni_rows(int rows, const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* col_sums,
-               const Output& out, int64_t r0, int64_t col, int64_t out_col) {
+               const Output& out, int64_t r0, int64_t col, int64_t out_col, const char* ahead, int64_t ahead_lines) {
   switch (rows) {
 #define FRAME_W8A8_CASE(R) \
-  case R: vnni_tile<R, C>(x, k, panel, col_sums, out, r0, col, out_col); break;
+  case R: vnni_tile<R, C>(x, k, panel, col_sums, out, r0, col, out_col, ahead, ahead_lines); break;
     FRAME_W8A8_CASE(1) FRAME_W8A8_CASE(2) FRAME_W8A8_CASE(3) FRAME_W8A8_CASE(4)
     FRAME_W8A8_CASE(5) FRAME_W8A8_CASE(6) FRAME_W8A8_CASE(7) FRAME_W8A8_CASE(8)
 #undef FRAME_W8A8_CASE
@@ -221,16 +233,31 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
     return y;
 #endif
   }
+  // As packed_linear.cpp: rows a block at a time (their q in L2) across the thread's panels, and each panel's later
+  // row tiles asking for the next panel.
   const int64_t panels = (n + kPanel - 1) / kPanel;
+  const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / k / kRowTile * kRowTile);
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel;
-      const int8_t* panel = wp + col * k;
-      const int64_t out_col = gated ? p * 16 : col;
-      for (int64_t r = 0; r < m; r += kRowTile) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r));
-        if (n - col >= kPanel) vnni_rows<2>(rows, q.data() + r * k, k, panel, sums, out, r, col, out_col);
-        else vnni_rows<1>(rows, q.data() + r * k, k, panel, sums, out, r, col, out_col);
+    for (int64_t b0 = 0; b0 < m; b0 += block_rows) {
+      const int64_t b1 = std::min<int64_t>(m, b0 + block_rows);
+      const int64_t tiles = (b1 - b0 + kRowTile - 1) / kRowTile, first_tile = tiles > 1 ? 1 : 0;
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t col = p * kPanel;
+        const int8_t* panel = wp + col * k;
+        const int64_t out_col = gated ? p * 16 : col;
+        const int64_t lines = p + 1 < end && b1 - b0 >= 8 ? std::min<int64_t>(kPanel, n - col - kPanel) * k / 64 : 0;
+        const char* next = reinterpret_cast<const char*>(panel + kPanel * k);
+        for (int64_t t = 0, r = b0; r < b1; ++t, r += kRowTile) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRowTile, b1 - r));
+          int64_t first = 0, count = 0;
+          if (t >= first_tile) {
+            first = lines * (t - first_tile) / (tiles - first_tile);
+            count = lines * (t - first_tile + 1) / (tiles - first_tile) - first;
+          }
+          const uint8_t* xq = q.data() + r * k;
+          if (n - col >= kPanel) vnni_rows<2>(rows, xq, k, panel, sums, out, r, col, out_col, next + 64 * first, count);
+          else vnni_rows<1>(rows, xq, k, panel, sums, out, r, col, out_col, next + 64 * first, count);
+        }
       }
     }
   });
