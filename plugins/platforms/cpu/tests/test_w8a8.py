@@ -35,7 +35,7 @@ def _exact(x: torch.Tensor, packed, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("rows", [1, 7, 8, 9, 16, 17, 33, 70])
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 12, 13, 16, 17, 33, 70])
 @pytest.mark.parametrize(("out_features", "with_bias"), [(96, False), (208, True)])
 def test_w8a8_is_the_exact_product_of_the_rounded_rows(path: str, rows: int, out_features: int,
                                                          with_bias: bool) -> None:
@@ -54,13 +54,15 @@ def test_w8a8_is_the_exact_product_of_the_rounded_rows(path: str, rows: int, out
 
 def test_both_paths_give_the_same_bits_and_rows_do_not_depend_on_their_batch() -> None:
     packed = _weight(192, 1536, seed=3)
-    x = torch.randn(40, 1536, generator=torch.Generator().manual_seed(4)).bfloat16()
+    # 400 rows: three blocks of rows for in_features 1536 (kRowBlockBytes), x quantized on both threads.
+    x = torch.randn(400, 1536, generator=torch.Generator().manual_seed(4)).bfloat16()
     paths = ["vnni", "amx"] if w8a8.amx_int8_usable() else ["vnni"]
     results = [w8a8.w8a8_linear(packed, None, path=p)(x) for p in paths]
     assert all(torch.equal(results[0], r) for r in results)
     linear = w8a8.w8a8_linear(packed, None)
-    for row in (0, 7, 8, 39):
+    for row in (0, 7, 8, 11, 12, 39, 167, 168, 399):
         assert torch.equal(linear(x[row : row + 1]), results[0][row : row + 1])
+    assert torch.equal(linear(x[:40]), results[0][:40])
 
 
 def test_inputs_not_a_multiple_of_64_take_vnni_and_odd_shapes_are_declined() -> None:
