@@ -39,7 +39,8 @@ int main() {
         "vdpbf16ps %%zmm30, %%zmm31, %%zmm22\n\t"
         "vdpbf16ps %%zmm30, %%zmm31, %%zmm23\n\t"
         ::
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+              "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
   const double seconds = omp_get_wtime() - start;
   const int threads = omp_get_max_threads();
   std::printf("%d threads: %.0f GFLOP/s bfloat16 (%.2f G vdpbf16ps/s per thread)\n", threads,

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from frame.weights import GGMLWeight
 from frame_platform_cpu import kernels, probe, quantized, w8a8
+from frame_quantization_int8.method import Int8Method
 
 #: (out features, in features, calls per step): QKV, O, gate-up, down for each of 30 layers, then the logits.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
@@ -41,16 +41,9 @@ def formats() -> dict[str, tuple[Callable[[torch.Tensor], Linear], torch.dtype]]
         out[f"{fmt} packed"] = (lambda w, f=fmt: quantized.ggml_linear(GGMLWeight.quantized(f, w), None),
                                 torch.float32)
     if w8a8.has_vnni():
-        out[f"int8 w8a8 {w8a8.isa_path()}"] = (lambda w: w8a8.w8a8_linear(int8_rows(w), None), torch.bfloat16)
+        out[f"int8 w8a8 {w8a8.isa_path()}"] = (lambda w: w8a8.w8a8_linear(Int8Method().quantize("w", w), None),
+                                                  torch.bfloat16)
     return out
-
-
-def int8_rows(weight: torch.Tensor) -> SimpleNamespace:
-    """The ``int8`` plugin's per-output-channel format, duck-typed (a benchmark imports no plugin but the
-    platform): q = round(w / s) with s = max|w_row| / 127."""
-    scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
-    q = torch.round(weight / scale[:, None]).to(torch.int8)
-    return SimpleNamespace(tensors={"q": q, "scale": scale}, activations="dynamic", input_scale=None)
 
 
 def weight_bytes(name: str, out_f: int, in_f: int) -> float:

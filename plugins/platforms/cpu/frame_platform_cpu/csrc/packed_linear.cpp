@@ -33,6 +33,8 @@
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
+
+#include "panel_prefetch.h"
 #endif
 
 namespace {
@@ -59,7 +61,7 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  auto pair = [&](int64_t p) __attribute__((always_inline)) {
+  frame_cpu::steps_with_prefetch(pairs, ahead, ahead_lines, [&](int64_t p) __attribute__((always_inline)) {
     __m512bh w[C];
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) w[c] = (__m512bh)_mm512_loadu_si512(panel + (p * C + c) * 32);
@@ -69,18 +71,7 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
 #pragma GCC unroll 2
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, w[c]);
     }
-  };
-  int64_t p = 0;
-  if (ahead_lines > 0) {
-    const int64_t every = std::max<int64_t>(1, pairs / ahead_lines);
-    const char* line = ahead;
-    const char* stop = ahead + 64 * ahead_lines;
-    for (; p + every <= pairs && line < stop; line += 64) {
-      _mm_prefetch(line, _MM_HINT_T0);
-      for (int64_t i = 0; i < every; ++i, ++p) pair(p);
-    }
-  }
-  for (; p < pairs; ++p) pair(p);
+  });
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
@@ -112,26 +103,17 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, 
   }
 }
 
-// Every row of x against one panel of C x 16 columns, kRowTile rows at a time; y has rows of ldy.
-// The first row tile streams the panel from memory at its own pace and the others reread it from cache, so the
-// later tiles ask for the `next` panel (next_bytes of it, or none) a share each: a step's decode linears at 64
-// rows with the weights from memory went from about 80% of their in-cache rate to 95% (25.6 -> 20.7 ms on Zen 5).
-// A single tile (8 rows or more) asks for it itself; fewer rows are bound by the weight's bytes, where the
-// hardware prefetcher keeps up.
+// Every row of x against one panel of C x 16 columns, kRowTile rows at a time; y has rows of ldy. The later row
+// tiles ask for `next_lines` lines of the thread's next panel (panel_prefetch.h).
 template <int C, bool Gated>
 void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* panel, const float* bias, uint16_t* y,
-                   int64_t ldy, const uint16_t* next, int64_t next_bytes) {
-  const int64_t tiles = (m + kRowTile - 1) / kRowTile, lines = next == nullptr || m < 8 ? 0 : next_bytes / 64;
-  const int64_t first_tile = tiles > 1 ? 1 : 0, sharing = tiles - first_tile;
+                   int64_t ldy, const char* next, int64_t next_lines) {
+  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   for (int64_t t = 0, r = 0; r < m; ++t, r += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r));
-    int64_t first = 0, count = 0;
-    if (t >= first_tile) {
-      first = lines * (t - first_tile) / sharing;
-      count = lines * (t - first_tile + 1) / sharing - first;
-    }
-    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy,
-                        reinterpret_cast<const char*>(next) + 64 * first, count);
+    const frame_cpu::PrefetchShare share = frame_cpu::prefetch_share(next_lines, m, tiles, t);
+    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy, next + 64 * share.first,
+                        share.count);
   }
 }
 #endif
@@ -174,11 +156,12 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
         const int64_t col = p * kPanel;
         const uint16_t* panel = wp + col * k;
         const float* panel_bias = bias_ptr ? bias_ptr + col : nullptr;
-        const uint16_t* next = p + 1 < end ? panel + kPanel * k : nullptr;  // this thread's next panel
-        const int64_t next_bytes = next == nullptr ? 0 : std::min<int64_t>(kPanel, n - col - kPanel) * k * 2;
-        if (gated) panel_product<2, true>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, next_bytes);
-        else if (n - col >= kPanel) panel_product<2, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, next_bytes);
-        else panel_product<1, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, next_bytes);
+        // Lines of this thread's next panel, when it has one.
+        const int64_t lines = p + 1 < end ? std::min<int64_t>(kPanel, n - col - kPanel) * k * 2 / 64 : 0;
+        const char* next = lines > 0 ? reinterpret_cast<const char*>(panel + kPanel * k) : nullptr;
+        if (gated) panel_product<2, true>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, lines);
+        else if (n - col >= kPanel) panel_product<2, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
+        else panel_product<1, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
       }
     }
   });

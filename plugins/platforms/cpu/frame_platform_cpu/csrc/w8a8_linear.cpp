@@ -34,6 +34,8 @@
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
+
+#include "panel_prefetch.h"
 #define FRAME_W8A8_VNNI 1
 #endif
 
@@ -65,7 +67,7 @@ inline __m512 load16(const c10::BFloat16* x, __mmask16 mask) {
 template <typename T>
 void quantize_rows(const T* x, int64_t m, int64_t k, const float* smooth, uint8_t* q, float* scale, int offset) {
   // Split over threads only when there is enough of x: a decode step's few rows quantize in a couple of
-  // microseconds, less than waking the pool (a 64-row call of the 960 x 576 weight: 1.94 -> 1.76 ms over 30 of them, no zero fill included).
+  // microseconds, less than waking the pool.
   at::parallel_for(0, m, std::max<int64_t>(8, kQuantizeGrain / k), [&](int64_t begin, int64_t end) {
     const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t r = begin; r < end; ++r) {
@@ -125,14 +127,14 @@ struct Output {
 };
 
 // R rows x 16 * C columns: acc += (q_x + 128) . w over k / 4 quads, then minus 128 * column sums. `ahead_lines`
-// lines from `ahead` (part of the next panel) are asked into L1 along the way (as packed_linear.cpp's tiles do).
+// lines from `ahead` (part of the next panel) are asked into L1 along the way (panel_prefetch.h).
 template <int R, int C>
 void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* col_sums, const Output& out,
                int64_t r0, int64_t col, int64_t out_col, const char* ahead, int64_t ahead_lines) {
   __m512i acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
-  auto quad = [&](int64_t q) __attribute__((always_inline)) {
+  frame_cpu::steps_with_prefetch(k / 4, ahead, ahead_lines, [&](int64_t q) __attribute__((always_inline)) {
     __m512i w[C];
     for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(panel + (q * C + c) * 64);
 #pragma GCC unroll 16
@@ -142,17 +144,7 @@ void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* 
       const __m512i a = _mm512_set1_epi32(bytes);
       for (int c = 0; c < C; ++c) acc[r][c] = dpbusd(acc[r][c], a, w[c]);
     }
-  };
-  const int64_t quads = k / 4;
-  int64_t q = 0;
-  if (ahead_lines > 0) {
-    const int64_t every = std::max<int64_t>(1, quads / ahead_lines);
-    for (const char* line = ahead; q + every <= quads && line < ahead + 64 * ahead_lines; line += 64) {
-      _mm_prefetch(line, _MM_HINT_T0);
-      for (int64_t i = 0; i < every; ++i, ++q) quad(q);
-    }
-  }
-  for (; q < quads; ++q) quad(q);
+  });
   __m512i correction[C];
   for (int c = 0; c < C; ++c)
     correction[c] = _mm512_slli_epi32(_mm512_loadu_si512(col_sums + col + 16 * c), 7);  // 128 * sum(w)
@@ -240,29 +232,27 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
 #endif
   }
   // As packed_linear.cpp: rows a block at a time (their q in L2) across the thread's panels, and each panel's later
-  // row tiles asking for the next panel.
+  // row tiles asking for the next panel (panel_prefetch.h).
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / k / kRowTile * kRowTile);
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b0 = 0; b0 < m; b0 += block_rows) {
       const int64_t b1 = std::min<int64_t>(m, b0 + block_rows);
-      const int64_t tiles = (b1 - b0 + kRowTile - 1) / kRowTile, first_tile = tiles > 1 ? 1 : 0;
+      const int64_t tiles = (b1 - b0 + kRowTile - 1) / kRowTile;
       for (int64_t p = begin; p < end; ++p) {
         const int64_t col = p * kPanel;
         const int8_t* panel = wp + col * k;
         const int64_t out_col = gated ? p * 16 : col;
-        const int64_t lines = p + 1 < end && b1 - b0 >= 8 ? std::min<int64_t>(kPanel, n - col - kPanel) * k / 64 : 0;
-        const char* next = reinterpret_cast<const char*>(panel + kPanel * k);
+        // Lines of this thread's next panel, when it has one.
+        const int64_t lines = p + 1 < end ? std::min<int64_t>(kPanel, n - col - kPanel) * k / 64 : 0;
+        const char* next = lines > 0 ? reinterpret_cast<const char*>(panel + kPanel * k) : nullptr;
         for (int64_t t = 0, r = b0; r < b1; ++t, r += kRowTile) {
           const int rows = static_cast<int>(std::min<int64_t>(kRowTile, b1 - r));
-          int64_t first = 0, count = 0;
-          if (t >= first_tile) {
-            first = lines * (t - first_tile) / (tiles - first_tile);
-            count = lines * (t - first_tile + 1) / (tiles - first_tile) - first;
-          }
+          const frame_cpu::PrefetchShare share = frame_cpu::prefetch_share(lines, b1 - b0, tiles, t);
+          const char* ahead = next + 64 * share.first;
           const uint8_t* xq = q + r * k;
-          if (n - col >= kPanel) vnni_rows<2>(rows, xq, k, panel, sums, out, r, col, out_col, next + 64 * first, count);
-          else vnni_rows<1>(rows, xq, k, panel, sums, out, r, col, out_col, next + 64 * first, count);
+          if (n - col >= kPanel) vnni_rows<2>(rows, xq, k, panel, sums, out, r, col, out_col, ahead, share.count);
+          else vnni_rows<1>(rows, xq, k, panel, sums, out, r, col, out_col, ahead, share.count);
         }
       }
     }
