@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
+from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import kernels, probe, quantized, w8a8
@@ -154,7 +154,7 @@ class CpuPlatform(Platform):
         if path == "avx512_bf16":
             if gated:
                 return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
-            return kernels.bfloat16_linear(layer.weight, layer.bias)
+            return kernels.bfloat16_linear(layer.weight, layer.bias, float_output=isinstance(layer, ParallelLMHead))
         if path == "avx2":  # storage only: float32 arithmetic on the bfloat16 weights
             if gated:
                 return kernels.float32_swiglu_projection(layer.weight, layer.bias)

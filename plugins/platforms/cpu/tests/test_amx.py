@@ -68,3 +68,17 @@ def test_bfloat16_linears_take_the_tiles_where_the_inputs_are_a_multiple_of_32()
     y = torch.randn(5, 600, generator=gen).bfloat16()
     packed = kernels.pack_weight(odd)
     assert torch.equal(kernels.bfloat16_linear(odd, None)(y), torch.ops.frame_cpu.packed_linear(y, packed, None, 64))
+
+
+@pytest.mark.parametrize("rows", [1, 33, 64])
+def test_amx_float_output_is_the_linear_before_its_rounding(rows: int) -> None:
+    # The output projection's logits: the same float32 sums amx_linear rounds, closer to the exact product.
+    gen = torch.Generator().manual_seed(rows)
+    weight = torch.randn(208, 576, generator=gen).bfloat16()
+    bias = torch.randn(208, generator=gen).bfloat16()
+    x = torch.randn(rows, 576, generator=gen).bfloat16()
+    got = kernels.bfloat16_linear(weight, bias, float_output=True)(x)
+    assert got.dtype == torch.float32 and got.shape == (rows, 208)
+    assert torch.equal(got.bfloat16(), _amx(x, weight, bias))
+    exact = F.linear(x.double(), weight.double(), bias.double())
+    assert (got.double() - exact).abs().max() < (_amx(x, weight, bias).double() - exact).abs().max()
