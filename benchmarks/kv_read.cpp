@@ -9,7 +9,8 @@
 // - "per head": a head's K rows of the step, then its V rows, head after head (stride: 3 heads x 128 bytes);
 // - "memory order": each block's K then its V front to back, with the first 4 lines of the next block asked for
 //   ahead (prefetcht0), which starts the L2 streamer on it.
-// On the Xeon with AMX of 2026-12-03 (2 cores): per head 11-14 GB/s, memory order 17-20 GB/s (stream read: 20.5).
+// On the Xeon with AMX of 2026-12-03 (2 cores): per head 14.4-14.8 GB/s, memory order 21.0-21.4 GB/s (stream
+// read, cpu_floor.cpp: 20.5); cpu_paged's decode rows read 11.6 there (attention_kernels.py --layers 30).
 #include <immintrin.h>
 #include <omp.h>
 
