@@ -78,9 +78,10 @@ def _packed_op(in_features: int, amx, avx512):
 def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None, float_output: bool = False):
     """``F.linear`` over a bfloat16 ``weight`` for 2-D bfloat16 inputs of any number of rows.
 
-    ``float_output`` (the output projection, whose logits the sampler takes in float32): on AMX the tiles' float32
+    ``float_output`` (the output projection, whose logits the sampler takes in float32): the native kernels' float32
     sums are returned as they are, unrounded, which spares a decode step the bfloat16 logits and their conversion
-    (``[64, 49152]``: about 1 ms a step of the mixed batch on a Xeon with AMX); elsewhere the output stays bfloat16.
+    (``[64, 49152]``: about 1 ms a step of the mixed batch on a Xeon with AMX); on the oneDNN fallback the output
+    stays bfloat16.
 
     The native ``packed_linear`` (``amx_linear`` on CPUs with AMX tiles, same packed weight) on a weight packed
     once (``pack_weight``) on CPUs with AVX-512 BF16, wherever
@@ -91,8 +92,11 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None, float_outpu
     load()
     out_features, in_features = weight.shape
     if probe.has_avx512_bf16() and out_features % 16 == 0 and in_features % 2 == 0:
-        amx_op = torch.ops.frame_cpu.amx_linear_float if float_output else torch.ops.frame_cpu.amx_linear
-        op = _packed_op(in_features, amx_op.default, torch.ops.frame_cpu.packed_linear.default)
+        ops = torch.ops.frame_cpu
+        if float_output:
+            op = _packed_op(in_features, ops.amx_linear_float.default, ops.packed_linear_float.default)
+        else:
+            op = _packed_op(in_features, ops.amx_linear.default, ops.packed_linear.default)
         packed = pack_weight(weight)
         float_bias = None if bias is None else bias.float().contiguous()  # the kernel adds it before rounding
 

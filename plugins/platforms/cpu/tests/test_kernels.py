@@ -54,6 +54,23 @@ def test_packed_linear_matches_the_exact_product(rows: int, out_features: int, w
 
 
 @needs_avx512_bf16
+@pytest.mark.parametrize("rows", [1, 15, 64])
+def test_float_output_is_the_packed_linear_before_its_rounding(rows: int) -> None:
+    # The output projection's logits. 600 inputs (not a multiple of 32): the AVX-512 BF16 kernel on every CPU
+    # with it, AMX's included; 208 outputs leave a 16-column panel.
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 600, generator=gen).bfloat16()
+    weight = torch.randn(208, 600, generator=gen).bfloat16()
+    bias = torch.randn(208, generator=gen).bfloat16()
+    got = kernels.bfloat16_linear(weight, bias, float_output=True)(x)
+    rounded = kernels.bfloat16_linear(weight, bias)(x)
+    assert got.dtype == torch.float32 and got.shape == (rows, 208)
+    assert torch.equal(got.bfloat16(), rounded)
+    exact = F.linear(x.double(), weight.double(), bias.double())
+    assert (got.double() - exact).abs().max() < (rounded.double() - exact).abs().max()
+
+
+@needs_avx512_bf16
 def test_a_rows_result_does_not_depend_on_its_batch() -> None:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 576, generator=gen).bfloat16()

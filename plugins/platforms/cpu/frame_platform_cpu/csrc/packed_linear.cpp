@@ -18,6 +18,9 @@
 // columns and the 16 matching up columns (`pack_swiglu_weight`): the epilogue rounds both to bfloat16, as the
 // matmul's output would be, and stores silu(gate) * up (swiglu.h), so the twice-as-wide product never reaches
 // memory. The result has the same bits as the matmul followed by the `silu_and_mul` kernel.
+//
+// `packed_linear_float` keeps the float32 sums (plus bias) unrounded: the output projection's logits, which the
+// sampler takes in float32, so no bfloat16 copy of them is stored and widened again (amx_linear_float on AMX).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -50,11 +53,14 @@ inline __m512bh broadcast_pair(const uint16_t* x) {
   return (__m512bh)_mm512_set1_epi32(pair);
 }
 
+// What a tile stores: bfloat16 (rounded once), SwiGLU's silu(gate) * up in bfloat16, or the float32 sums.
+enum class Out { kBf16, kGated, kFloat };
+
 // y[r, 0:16*C] for R rows: C is 2 for a whole panel, 1 for a trailing 16-column one. Gated: y[r, 0:16] is
-// silu(columns 0-15) * (columns 16-31). `ahead_lines` lines from `ahead` (part of the next panel) are asked into
-// L1, spread evenly over the pairs of k.
-template <int R, int C, bool Gated>
-void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias, uint16_t* y,
+// silu(columns 0-15) * (columns 16-31). `y` is uint16_t (bfloat16 bits) or, for Out::kFloat, float.
+// `ahead_lines` lines from `ahead` (part of the next panel) are asked into L1, spread evenly over the pairs of k.
+template <int R, int C, Out O>
+void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias, void* y,
           int64_t ldy, const char* ahead, int64_t ahead_lines) {
   __m512 acc[R][C];
 #pragma GCC unroll 16
@@ -77,24 +83,28 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c)
       if (bias != nullptr) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_loadu_ps(bias + 16 * c));
-    if constexpr (Gated) {
+    if constexpr (O == Out::kGated) {
       static_assert(C == 2, "a gated panel holds 16 gate and 16 up columns");
       const __m256i out = frame_cpu::swiglu16(frame_cpu::round_to_bf16(acc[r][0]), frame_cpu::round_to_bf16(acc[r][1]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy), out);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(y) + r * ldy), out);
+    } else if constexpr (O == Out::kFloat) {
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) _mm512_storeu_ps(static_cast<float*>(y) + r * ldy + 16 * c, acc[r][c]);
     } else {
 #pragma GCC unroll 2
       for (int c = 0; c < C; ++c)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy + 16 * c), frame_cpu::narrow16(acc[r][c]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(y) + r * ldy + 16 * c),
+                            frame_cpu::narrow16(acc[r][c]));
     }
   }
 }
 
-template <int C, bool Gated>
+template <int C, Out O>
 void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, const float* bias,
-               uint16_t* y, int64_t ldy, const char* ahead, int64_t ahead_lines) {
+               void* y, int64_t ldy, const char* ahead, int64_t ahead_lines) {
   switch (rows) {
 #define FRAME_TILE_CASE(R) \
-  case R: tile<R, C, Gated>(x, ldx, panel, pairs, bias, y, ldy, ahead, ahead_lines); break;
+  case R: tile<R, C, O>(x, ldx, panel, pairs, bias, y, ldy, ahead, ahead_lines); break;
     FRAME_TILE_CASE(1) FRAME_TILE_CASE(2) FRAME_TILE_CASE(3) FRAME_TILE_CASE(4) FRAME_TILE_CASE(5)
     FRAME_TILE_CASE(6) FRAME_TILE_CASE(7) FRAME_TILE_CASE(8) FRAME_TILE_CASE(9) FRAME_TILE_CASE(10)
     FRAME_TILE_CASE(11) FRAME_TILE_CASE(12) FRAME_TILE_CASE(13) FRAME_TILE_CASE(14)
@@ -105,22 +115,22 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint16_t* panel, 
 
 // Every row of x against one panel of C x 16 columns, kRowTile rows at a time; y has rows of ldy. The later row
 // tiles ask for `next_lines` lines of the thread's next panel (panel_prefetch.h).
-template <int C, bool Gated>
-void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* panel, const float* bias, uint16_t* y,
+template <int C, Out O, typename T>
+void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* panel, const float* bias, T* y,
                    int64_t ldy, const char* next, int64_t next_lines) {
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   for (int64_t t = 0, r = 0; r < m; ++t, r += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r));
     const frame_cpu::PrefetchShare share = frame_cpu::prefetch_share(next_lines, m, tiles, t);
-    tile_rows<C, Gated>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy, next + 64 * share.first,
-                        share.count);
+    tile_rows<C, O>(rows, x + r * k, k, panel, k / 2, bias, y + r * ldy, ldy, next + 64 * share.first,
+                    share.count);
   }
 }
 #endif
 
-// x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated.
+// x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated; float32 when float_out.
 at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                          int64_t n, bool gated) {
+                          int64_t n, bool gated, bool float_out = false) {
 #if defined(__AVX512BF16__)
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
               "packed_linear takes a bfloat16 x and a bfloat16 packed weight");
@@ -137,12 +147,13 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
     bias_ptr = bias->data_ptr<float>();
   }
   const int64_t width = gated ? n / 2 : n;
-  at::Tensor y = at::empty({m, width}, xc.options());
+  at::Tensor y = at::empty({m, width}, float_out ? xc.options().dtype(at::kFloat) : xc.options());
   if (m == 0) return y;
   const at::Tensor pc = packed.contiguous();
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>());
-  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
+  auto* yp = float_out ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
+  float* yf = float_out ? y.data_ptr<float>() : nullptr;
   const int64_t panels = (n + kPanel - 1) / kPanel;  // the last one has 16 columns when n is an odd multiple of 16
   // Rows in blocks whose x fits in L2 beside the panels (kRowBlockBytes): a prefill chunk's x (thousands of rows)
   // would otherwise stream from L3 once per panel.
@@ -151,7 +162,8 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
     for (int64_t r0 = 0; r0 < m; r0 += block_rows) {
       const int64_t rows = std::min<int64_t>(block_rows, m - r0);
       const uint16_t* xb = xp + r0 * k;
-      uint16_t* yb = yp + r0 * width;
+      uint16_t* yb = float_out ? nullptr : yp + r0 * width;
+      float* yfb = float_out ? yf + r0 * width : nullptr;
       for (int64_t p = begin; p < end; ++p) {
         const int64_t col = p * kPanel;
         const uint16_t* panel = wp + col * k;
@@ -159,9 +171,12 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
         // Lines of this thread's next panel, when it has one.
         const int64_t lines = p + 1 < end ? std::min<int64_t>(kPanel, n - col - kPanel) * k * 2 / 64 : 0;
         const char* next = lines > 0 ? reinterpret_cast<const char*>(panel + kPanel * k) : nullptr;
-        if (gated) panel_product<2, true>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, lines);
-        else if (n - col >= kPanel) panel_product<2, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
-        else panel_product<1, false>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
+        const bool whole = n - col >= kPanel;
+        if (gated) panel_product<2, Out::kGated>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, lines);
+        else if (float_out && whole) panel_product<2, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
+        else if (float_out) panel_product<1, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
+        else if (whole) panel_product<2, Out::kBf16>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
+        else panel_product<1, Out::kBf16>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
       }
     }
   });
@@ -176,6 +191,11 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& packed, const c1
   return packed_product(x, packed, bias, out_features, false);
 }
 
+at::Tensor packed_linear_float(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                               int64_t out_features) {
+  return packed_product(x, packed, bias, out_features, false, true);
+}
+
 at::Tensor packed_swiglu(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                          int64_t intermediate) {
   return packed_product(x, packed, bias, 2 * intermediate, true);
@@ -185,10 +205,12 @@ at::Tensor packed_swiglu(const at::Tensor& x, const at::Tensor& packed, const c1
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("packed_linear(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
+  m.def("packed_linear_float(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
   m.def("packed_swiglu(Tensor x, Tensor packed, Tensor? bias, int intermediate) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
   m.impl("packed_linear", &packed_linear);
+  m.impl("packed_linear_float", &packed_linear_float);
   m.impl("packed_swiglu", &packed_swiglu);
 }
