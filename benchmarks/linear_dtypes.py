@@ -1,7 +1,7 @@
 """A SmolLM2-135M step's linears (30 layers' distinct weights and the logits, so weights come from memory as in the
 model) in each weight format the cpu platform serves on this CPU, in ms per step, GFLOP/s and weight GB/s.
 
-    .venv/bin/python benchmarks/linear_dtypes.py [--rows 1,8,64,256]
+    .venv/bin/python benchmarks/linear_dtypes.py [--rows 1,8,64,256] [--formats q4_1,q8_0]
 
 Formats: torch's float32 ``F.linear`` (MKL), the packed float32 kernel, bfloat16 weights in that kernel (storage
 only, float32 arithmetic: the AVX2 / AVX-512-without-BF16 path), the AVX-512 BF16 packed kernel where the CPU has
@@ -55,12 +55,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="1,8,64,256", help="token rows per linear, comma-separated")
     parser.add_argument("--repeat", type=int, default=3, help="steps timed per row count (best is kept)")
+    parser.add_argument("--formats", default="", help="only the formats whose name contains one of these "
+                        "comma-separated words (e.g. q4_1,q8_0)")
     args = parser.parse_args()
+    wanted = [w for w in args.formats.split(",") if w]
     kernels.load()
     gen = torch.Generator().manual_seed(0)
     weights = [(torch.randn(o, i, generator=gen) * 0.02, calls) for o, i, calls in SHAPES]
     print(f"threads {torch.get_num_threads()}; {probe.bf16_path()=}")
     for name, (build, dtype) in formats().items():
+        if wanted and not any(w in name for w in wanted):
+            continue
         linears = [(build(w), w.shape, calls) for w, calls in weights for _ in range(calls)]
         step_bytes = sum(weight_bytes(name, *shape) for _, shape, _ in linears)
         for rows in (int(r) for r in args.rows.split(",")):

@@ -36,7 +36,9 @@ def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("portable", PATHS)
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 17])
-@pytest.mark.parametrize("out_features", [48, 40])  # 40: the VNNI layout's last group of 16 is padded
+# 40: the VNNI layout's last group of 16 is padded; 200: one row takes 13 groups as three sets of four in step
+# (group_set_vnni) and a last, padded group alone.
+@pytest.mark.parametrize("out_features", [48, 40, 200])
 def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, out_features: int, portable: dict) -> None:
     weight = packed(fmt, out_features, 96)
     bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
@@ -81,10 +83,13 @@ def test_paths_agree_on_a_large_weight() -> None:
 
 @pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
-def test_vnni_rows_do_not_depend_on_their_batch(fmt: str) -> None:
-    weight = packed(fmt, 64, 576, seed=6)
-    linear = quantized.ggml_linear(weight, None, vnni=True)
-    x = torch.randn(11, 576, generator=torch.Generator().manual_seed(7))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) -> None:
+    # A lone row takes the decode loop (groups in step), a batch the row tiles: the same sums, bit for bit.
+    weight = packed(fmt, 200, 576, seed=6)
+    bias = torch.randn(200, generator=torch.Generator().manual_seed(8))
+    linear = quantized.ggml_linear(weight, bias, vnni=True)
+    x = torch.randn(11, 576, generator=torch.Generator().manual_seed(7)).to(dtype)
     together = linear(x)
     for row in (0, 3, 4, 10):
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])

@@ -263,6 +263,7 @@ void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0
 constexpr int kGroup = 16;
 constexpr int kVnniRows = 4;              // rows of x per pass over a group (measured: 8 and two chains no faster)
 constexpr int64_t kPrefetchAhead = 1024;  // bytes of the weight asked for ahead of the block being multiplied
+constexpr int kDecodeGroups = 4;          // groups a one-row product takes in step (group_set_vnni)
 
 template <int64_t Format>
 constexpr int quads_of() { return Format == kQ8_0 ? 8 : 4; }
@@ -331,6 +332,53 @@ void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qua
       const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx[r * nb + b]));
       acc[r] = _mm512_fmadd_ps(scaled, dw, acc[r]);
       if constexpr (Format == kQ4_1) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc[r]);
+    }
+  }
+}
+
+// G adjacent groups (group_qbytes / group_scales apart) against one row of quantized x, their blocks taken in
+// step: a decode row's product. acc[i] lane j = group i's row j's dot. With one group at a time a row's step
+// waited on the weight's latency (one stream, one chain of vpdpbusd per block); G streams and chains overlap.
+template <int64_t Format, int G>
+void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
+                    int64_t nb, const QuantizedRows& xq, __m512* acc) {
+  constexpr int quads = quads_of<Format>();
+  constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
+  constexpr int32_t offset = offset_of<Format>();
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* qx = xq.q.data();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* xb = qx + b * kBlock;
+    __m512i xq4[8];  // x's quads: inputs 4i..4i+3 (i < 4) and 16 + 4(i - 4).. (i >= 4), broadcast
+    for (int i = 0; i < 4; ++i) {
+      xq4[i] = broadcast_quad(xb + 4 * i);
+      xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
+    }
+    const __m512 dx = _mm512_set1_ps(xq.d[b]);
+    const __m512 sx = _mm512_set1_ps(xq.s[b]);
+    const __m512i start = _mm512_set1_epi32(-offset * xq.sum[b]);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* wb = qs + g * group_qbytes + b * qbytes;
+      const uint16_t* sb = scales + g * group_scales + b * sbytes;
+      for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T0);
+      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchAhead / 8), _MM_HINT_T0);
+      __m512i dot = offset ? start : _mm512_setzero_si512();
+      if constexpr (Format == kQ8_0) {
+        for (int i = 0; i < 8; ++i) dot = _mm512_dpbusd_epi32(dot, _mm512_loadu_si512(wb + 64 * i), xq4[i]);
+      } else {
+        for (int c = 0; c < 4; ++c) {
+          const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
+          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(packed, nibble), xq4[c]);
+          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble), xq4[c + 4]);
+        }
+      }
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+      acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
+      if constexpr (Format == kQ4_1)
+        acc[g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16))), sx,
+                                 acc[g]);
     }
   }
 }
@@ -438,7 +486,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
   // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    __m512 acc[kVnniRows];
+    __m512 acc[std::max(kVnniRows, kDecodeGroups)];
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* gq = qp + g * group_qbytes;
       const uint16_t* gs = sp + g * group_scales;
@@ -446,6 +494,27 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
       const int lanes = static_cast<int>(std::min<int64_t>(16, n - col));
       const __mmask16 mask = lanes == 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
       const __m512 b = bias_ptr ? _mm512_maskz_loadu_ps(mask, bias_ptr + col) : _mm512_setzero_ps();
+      if (m == 1 && g + kDecodeGroups <= end) {  // a decode row: kDecodeGroups groups in step
+        if (format == kQ4_0) group_set_vnni<kQ4_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
+        else if (format == kQ4_1) group_set_vnni<kQ4_1, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
+        else group_set_vnni<kQ8_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
+        for (int i = 0; i < kDecodeGroups; ++i) {
+          const int64_t c = col + 16 * i;
+          const int width = static_cast<int>(std::min<int64_t>(16, n - c));
+          const __mmask16 lanes_mask = width == 16 ? __mmask16(0xFFFF) : __mmask16((1u << width) - 1);
+          const __m512 v = _mm512_add_ps(acc[i], bias_ptr ? _mm512_maskz_loadu_ps(lanes_mask, bias_ptr + c)
+                                                          : _mm512_setzero_ps());
+          if (as_float) {
+            _mm512_mask_storeu_ps(yf + c, lanes_mask, v);
+          } else {
+            float lane[16];
+            _mm512_storeu_ps(lane, v);
+            for (int j = 0; j < width; ++j) yb[c + j] = c10::BFloat16(lane[j]);
+          }
+        }
+        g += kDecodeGroups - 1;
+        continue;
+      }
       // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
       for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
