@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa] [--layers 30]
 
 Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300) and prefill steps (9
-prompts of 225 tokens, one of 2000). Reports the median of several calls, the multiply-add rate and the KV bytes
-read per second, so a kernel change shows whether it moved toward the compute or the memory limit.
+prompts of 225 tokens, one of 2000, 19 of 50-400). Reports the median of several calls, the multiply-add rate and
+the KV bytes read per second, so a kernel change shows whether it moved toward the compute or the memory limit.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import make_batch
 
 HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
+_lengths = random.Random(3)
+PROMPTS_50_400 = [_lengths.randint(50, 400) for _ in range(19)]
 SHAPES = {
     "decode 64 x ctx~300": ([random.Random(0).randint(200, 400) for _ in range(64)], [1] * 64),
     "decode 64 x ctx~1000": ([random.Random(1).randint(950, 1050) for _ in range(64)], [1] * 64),
@@ -26,6 +28,8 @@ SHAPES = {
     "decode 1 x ctx 300": ([300], [1]),
     "prefill 9 x 225": ([0] * 9, [225] * 9),
     "prefill 1 x 2000": ([0], [2000]),
+    # New prompts of 50-400 tokens (4,811 in all), as the mixed batch's first prefill steps hold them.
+    "prefill 19 x 50-400": ([0] * 19, PROMPTS_50_400),
 }
 
 
