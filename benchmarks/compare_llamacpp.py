@@ -63,8 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workload", default="single_stream")
     parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--quantization", default="gguf", help="frame's --quantization ('none': dense weights)")
-    parser.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"],
-                        help="frame's activation (and dense weight) dtype")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                        help="frame's activation (and dense weight) dtype; auto: the platform's pick for this CPU "
+                             "(bfloat16 with AVX-512 BF16 or AMX, where float32 + gguf ran a third slower)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = engine.source.tokenizer
     options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}
     requests = load_workloads().get(args.workload).generate(tokenizer, args.seed, **options)
-    label = f"frame ({args.dtype}, {quantization or 'dense'})"
+    label = f"frame ({str(engine.selection.dtype).removeprefix('torch.')}, {quantization or 'dense'})"
     rounds: dict[str, list[float]] = {label: [], "llama.cpp": []}
     background: dict[str, list[float | None]] = {label: [], "llama.cpp": []}
     ttft: dict[str, list[float]] = {label: [], "llama.cpp": []}
