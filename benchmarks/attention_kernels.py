@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa] [--layers 30]
 
-Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300) and prefill steps (9
+Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300 and 2000) and prefill steps (9
 prompts of 225 tokens, one of 2000, 19 of 50-400). Reports the median of several calls, the multiply-add rate and
 the KV bytes read per second, so a kernel change shows whether it moved toward the compute or the memory limit.
 """
@@ -26,6 +26,7 @@ SHAPES = {
     "decode 64 x ctx~1000": ([random.Random(1).randint(950, 1050) for _ in range(64)], [1] * 64),
     "decode 8 x ctx~300": ([random.Random(2).randint(200, 400) for _ in range(8)], [1] * 8),
     "decode 1 x ctx 300": ([300], [1]),
+    "decode 1 x ctx 2000": ([2000], [1]),
     "prefill 9 x 225": ([0] * 9, [225] * 9),
     "prefill 1 x 2000": ([0], [2000]),
     # New prompts of 50-400 tokens (4,811 in all), as the mixed batch's first prefill steps hold them.

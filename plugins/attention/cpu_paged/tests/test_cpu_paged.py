@@ -107,6 +107,28 @@ def test_a_batch_answers_the_same_at_any_thread_count() -> None:
     assert torch.equal(one, two)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "context"), [(9, 3, 64, 300), (8, 2, 128, 1000), (6, 2, 64, 100)])
+def test_a_lone_decode_split_over_threads_answers_bit_for_bit_as_on_one(heads: int, kv_heads: int, dim: int,
+                                                                        context: int) -> None:
+    # With fewer sequences than threads the bfloat16 path sweeps a decode's keys before its last 32-key steps one
+    # KV head per thread, then resumes the item from that state: the same steps, so the same bits. 100 keys: too
+    # few to split; the answer is the same either way.
+    q, k, v, k_cache, v_cache, meta = make_batch([context], [1], 16, heads, kv_heads, dim, seed=9)
+    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = backend.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
+        torch.set_num_threads(2)
+        two = backend.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(two, expected, atol=2e-2, rtol=2e-2)
+
+
 def test_forward_writes_the_same_slots_as_write_kv() -> None:
     q, k, v, k_cache, v_cache, meta = make_batch([0, 20, 70], [33, 1, 5], 16, 6, 2, 64, seed=4)
     backend = CpuPagedAttention(6, 2, 64, 0.125, torch.float32)

@@ -118,7 +118,9 @@ struct Cascade {
 
   static constexpr int64_t kRowFloats = D + 2;
 
-  Cascade(const Problem<c10::BFloat16, c10::BFloat16>& p, int64_t num_seqs)
+  // `threads`: with fewer sequences than threads, a long decode becomes a group of its own, so its keys before
+  // the last step are swept one KV head per thread (prefix) instead of all heads on one (a single stream).
+  Cascade(const Problem<c10::BFloat16, c10::BFloat16>& p, int64_t num_seqs, int64_t threads)
       : slot(num_seqs, -1), shared(num_seqs, 0), kv_heads(p.kv_heads), groups_per_kv(p.heads / p.kv_heads) {
     std::vector<std::pair<int32_t, int32_t>> decodes;  // (first block, sequence)
     for (int64_t s = 0; s < num_seqs; ++s)
@@ -153,6 +155,18 @@ struct Cascade {
                           std::min<int32_t>(per_work, static_cast<int32_t>(group.seqs.size()) - first)});
       groups.push_back(std::move(group));
     }
+    if (num_seqs < threads && kv_heads > 1)
+      for (const auto& [first_block, seq] : decodes) {
+        if (slot[seq] >= 0) continue;
+        // Whole 32-key steps only, so the item resumes exactly where its own sweep would be: the same sums.
+        int64_t keys = (p.seq_lens[seq] - 1) / p.block_size * p.block_size;
+        keys -= keys % kKeys;
+        if (keys < kMinKeys) continue;
+        slot[seq] = next_slot++;
+        shared[seq] = keys;
+        for (int32_t h = 0; h < kv_heads; ++h) work.push_back({static_cast<int32_t>(groups.size()), h, 0, 1});
+        groups.push_back(Group{{seq}, keys});
+      }
     state.assign(static_cast<size_t>(next_slot) * kv_heads * groups_per_kv * kRowFloats, 0.0f);
   }
 
@@ -185,15 +199,19 @@ class Bf16ItemRunner {
                   p_.query + p_.query_start[group.seqs[work.first + m]] * p_.query_stride + work.head * groups * D,
                   groups * D * sizeof(uint16_t));
     const int32_t* table = p_.block_tables + group.seqs[0] * p_.table_width;
+    // A lone decode's rows take the decode path its item would (the same sums, step for step); a group's, tiles.
+    const bool direct = rows <= kDirectMaxRows;
 #if FRAME_PAGED_AMX
-    if (amx_) {
+    if (amx_ && direct) {
+      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, true, Mode::kFloat);
+    } else if (amx_) {
       amx::Tiles tiles;
       sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false, Mode::kTiles);
     } else {
-      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
+      sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, direct);
     }
 #else
-    sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, false);
+    sweep(table, 0, group.keys, work.head, work.head + 1, rows, groups, group.keys, direct);
 #endif
     for (int32_t m = 0; m < work.count; ++m)
       for (int64_t g = 0; g < groups; ++g) {

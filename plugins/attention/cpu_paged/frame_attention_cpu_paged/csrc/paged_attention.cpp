@@ -365,7 +365,7 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
   if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
                 D % 32 == 0) {
     if (!p.limited()) {
-      Cascade<D> cascade(p, p.num_seqs);
+      Cascade<D> cascade(p, p.num_seqs, at::get_num_threads());
       if (!cascade.work.empty())
         run_items(cascade.work, [&] {
           return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
