@@ -94,7 +94,8 @@ inline void widen_permuted(__m512i chunk, __m512& lo, __m512& hi) {
 // every request) attend to those keys together first ("cascade" attention): all their query rows against each
 // shared step of keys as one prefill-like tile, so the prefix is read, transposed and interleaved once per
 // call rather than once per sequence, and scored at the tile rate. Each sequence's own item then continues
-// from that softmax state over its remaining keys.
+// from that softmax state over its remaining keys. The same machinery splits a lone long decode over the threads
+// when a call has fewer sequences than threads (a single stream): a group of one, its prefix one work per KV head.
 struct PrefixWork {
   int32_t group, head, first, count;  // one KV head's rows of members [first, first + count) of a group
 };
