@@ -484,6 +484,19 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   const bool as_float = xc.scalar_type() == at::kFloat;
   float* yf = as_float ? y.data_ptr<float>() : nullptr;
   c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
+  // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
+  auto store = [&](__m512 sums, int64_t row, int64_t c) {
+    const int lanes = static_cast<int>(std::min<int64_t>(16, n - c));
+    const __mmask16 mask = lanes == 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+    const __m512 v = bias_ptr ? _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, bias_ptr + c)) : sums;
+    if (as_float) {
+      _mm512_mask_storeu_ps(yf + row * n + c, mask, v);
+    } else {
+      float lane[16];
+      _mm512_storeu_ps(lane, v);
+      for (int j = 0; j < lanes; ++j) yb[row * n + c + j] = c10::BFloat16(lane[j]);
+    }
+  };
   // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     __m512 acc[std::max(kVnniRows, kDecodeGroups)];
@@ -491,27 +504,11 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
       const uint8_t* gq = qp + g * group_qbytes;
       const uint16_t* gs = sp + g * group_scales;
       const int64_t col = g * 16;
-      const int lanes = static_cast<int>(std::min<int64_t>(16, n - col));
-      const __mmask16 mask = lanes == 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-      const __m512 b = bias_ptr ? _mm512_maskz_loadu_ps(mask, bias_ptr + col) : _mm512_setzero_ps();
       if (m == 1 && g + kDecodeGroups <= end) {  // a decode row: kDecodeGroups groups in step
         if (format == kQ4_0) group_set_vnni<kQ4_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
         else if (format == kQ4_1) group_set_vnni<kQ4_1, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
         else group_set_vnni<kQ8_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
-        for (int i = 0; i < kDecodeGroups; ++i) {
-          const int64_t c = col + 16 * i;
-          const int width = static_cast<int>(std::min<int64_t>(16, n - c));
-          const __mmask16 lanes_mask = width == 16 ? __mmask16(0xFFFF) : __mmask16((1u << width) - 1);
-          const __m512 v = _mm512_add_ps(acc[i], bias_ptr ? _mm512_maskz_loadu_ps(lanes_mask, bias_ptr + c)
-                                                          : _mm512_setzero_ps());
-          if (as_float) {
-            _mm512_mask_storeu_ps(yf + c, lanes_mask, v);
-          } else {
-            float lane[16];
-            _mm512_storeu_ps(lane, v);
-            for (int j = 0; j < width; ++j) yb[c + j] = c10::BFloat16(lane[j]);
-          }
-        }
+        for (int i = 0; i < kDecodeGroups; ++i) store(acc[i], 0, col + 16 * i);
         g += kDecodeGroups - 1;
         continue;
       }
@@ -521,16 +518,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
         if (format == kQ4_0) groups_vnni<kQ4_0>(gq, gs, nb, xq, r0, rows, k, acc);
         else if (format == kQ4_1) groups_vnni<kQ4_1>(gq, gs, nb, xq, r0, rows, k, acc);
         else groups_vnni<kQ8_0>(gq, gs, nb, xq, r0, rows, k, acc);
-        for (int r = 0; r < rows; ++r) {
-          const __m512 v = _mm512_add_ps(acc[r], b);
-          if (as_float) {
-            _mm512_mask_storeu_ps(yf + (r0 + r) * n + col, mask, v);
-          } else {
-            float lane[16];
-            _mm512_storeu_ps(lane, v);
-            for (int j = 0; j < lanes; ++j) yb[(r0 + r) * n + col + j] = c10::BFloat16(lane[j]);
-          }
-        }
+        for (int r = 0; r < rows; ++r) store(acc[r], r0 + r, col);
       }
     }
   });
