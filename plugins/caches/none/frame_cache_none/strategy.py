@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixMatch
@@ -12,7 +11,9 @@ class NoCache(KVCacheStrategy):
     """Every sequence computes its whole prompt into blocks of its own; freed blocks go straight back to the pool.
 
     Admissions still count as queries (with zero hits) and usage is tracked, so experiments read the same stats
-    from every strategy. Blocks are handed out from a FIFO free list.
+    from every strategy. Free blocks form a stack, the most recently freed handed out first (their pages are
+    mapped and maybe cached; a queue would walk the whole pool's untouched pages first), each sequence's pushed
+    in reverse so that the next one gets them in ascending order.
     """
 
     reuses_prefixes = False
@@ -20,7 +21,7 @@ class NoCache(KVCacheStrategy):
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
-        self._free: deque[int] = deque(range(num_blocks))
+        self._free: list[int] = list(reversed(range(num_blocks)))  # a stack: block 0 on top
 
     def lookup(self, seq: CacheSequence) -> PrefixMatch:
         return PrefixMatch(0)
@@ -30,14 +31,14 @@ class NoCache(KVCacheStrategy):
         return len(self._free)
 
     def take(self, count: int) -> list[int]:
-        return [self._free.popleft() for _ in range(count)]
+        return [self._free.pop() for _ in range(count)]
 
     def publish(self, seq: CacheSequence, table: list[int], state: Any, num_tokens: int) -> Any:
         """Nothing is ever published for reuse."""
         return state
 
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
-        self._free.extend(table)
+        self._free.extend(reversed(table))
 
     def clear(self) -> None:
         """Nothing is cached, so there is nothing to drop."""

@@ -4,25 +4,25 @@
 - ``node_refs[b]``: radix-tree nodes whose token span lies (partly) in ``b``;
 - ``pins[b]``: *locked* tree nodes (on the path of a live sequence) among those.
 
-A block is *free* when it has no reference at all (it is then in the empty queue), *evictable* when only
+A block is *free* when it has no reference at all (it is then on the empty stack), *evictable* when only
 unlocked tree nodes hold it, and *in use* otherwise. The count of evictable blocks is kept up to date on every
-change, so ``num_free`` is O(1).
+change, so ``num_free`` is O(1). Empty blocks are taken most recently emptied first: their pages are mapped and
+maybe cached, where a first-in-first-out queue over a large pool hands out untouched pages that fault on
+their first write.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 
 class RefPool:
-    """Reference counts per block, the empty queue and the evictable count."""
+    """Reference counts per block, the empty stack and the evictable count."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.seq_refs = [0] * num_blocks
         self.node_refs = [0] * num_blocks
         self.pins = [0] * num_blocks
-        self._empty: deque[int] = deque(range(num_blocks))
+        self._empty: list[int] = list(reversed(range(num_blocks)))  # a stack: block 0 on top
         self.num_evictable = 0
 
     @property
@@ -47,13 +47,13 @@ class RefPool:
         """Take ``count`` empty blocks for one sequence (the caller evicted enough first)."""
         if count > len(self._empty):
             raise RuntimeError(f"asked for {count} blocks with {len(self._empty)} empty; evict first")
-        taken = [self._empty.popleft() for _ in range(count)]
+        taken = [self._empty.pop() for _ in range(count)]
         for block in taken:
             self.seq_refs[block] = 1
         return taken
 
     def adjust(self, block: int, seq: int = 0, node: int = 0, pin: int = 0) -> bool:
-        """Change ``block``'s counts by the deltas; returns True when that made it free (it joins the queue)."""
+        """Change ``block``'s counts by the deltas; returns True when that made it free (it joins the stack)."""
         was_free, was_evictable = self.is_free(block), self.is_evictable(block)
         self.seq_refs[block] += seq
         self.node_refs[block] += node
