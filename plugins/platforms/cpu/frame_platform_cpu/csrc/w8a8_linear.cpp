@@ -32,6 +32,8 @@
 #include <memory>
 #include <vector>
 
+#include <omp.h>
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 
@@ -60,15 +62,14 @@ inline __m512 load16(const c10::BFloat16* x, __mmask16 mask) {
   return frame_cpu::load16(reinterpret_cast<const uint16_t*>(x), mask);
 }
 
-// x's rows as int8 with one scale each (zero rows get scale 0 and all-zero q), sixteen values at a time: the
-// rounding is the CPU's default, to nearest even, as std::nearbyint. `smooth` (or nullptr) multiplies input
-// feature j first (SmoothQuant's 1 / s_j). `offset` 128 stores q + 128 as unsigned bytes, for vpdpbusd. (A
+// Rows [begin, end) of x as int8 with one scale each (zero rows get scale 0 and all-zero q), sixteen values at a
+// time: the rounding is the CPU's default, to nearest even, as std::nearbyint. `smooth` (or nullptr) multiplies
+// input feature j first (SmoothQuant's 1 / s_j). `offset` 128 stores q + 128 as unsigned bytes, for vpdpbusd. (A
 // scalar loop here cost more than the int8 product saved over bfloat16's.)
 template <typename T>
-void quantize_rows(const T* x, int64_t m, int64_t k, const float* smooth, uint8_t* q, float* scale, int offset) {
-  // Split over threads only when there is enough of x: a decode step's few rows quantize in a couple of
-  // microseconds, less than waking the pool.
-  at::parallel_for(0, m, std::max<int64_t>(8, kQuantizeGrain / k), [&](int64_t begin, int64_t end) {
+void quantize_rows(const T* x, int64_t begin, int64_t end, int64_t k, const float* smooth, uint8_t* q, float* scale,
+                   int offset) {
+  {
     const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * k;
@@ -88,7 +89,7 @@ void quantize_rows(const T* x, int64_t m, int64_t k, const float* smooth, uint8_
         _mm_mask_storeu_epi8(q + r * k + i, mask, _mm_add_epi8(_mm512_cvtsepi32_epi8(v), shift));
       }
     }
-  });
+  }
 }
 
 struct Output {
@@ -100,8 +101,9 @@ struct Output {
   void* y;
   int64_t width;  // columns of y
 
-  // 16 columns of row r from their int32 sums (already corrected for any offset): scaled, biased, stored.
-  void finish(int64_t r, int64_t col, const __m512i* sums, int cols, int64_t out_col) const {
+  // 16 columns of row r from their int32 sums (already corrected for any offset): scaled, biased, stored. Inlined
+  // into the tiles: called out of line once per row, it cost about a tenth of a 12-row tile's time.
+  __attribute__((always_inline)) inline void finish(int64_t r, int64_t col, const __m512i* sums, int cols, int64_t out_col) const {
     __m512 v[2];
     const __m512 sx = _mm512_set1_ps(x_scale[r]);
     for (int j = 0; j < cols; ++j) {
@@ -131,26 +133,36 @@ struct Output {
 template <int R, int C>
 void vnni_tile(const uint8_t* x, int64_t k, const int8_t* panel, const int32_t* col_sums, const Output& out,
                int64_t r0, int64_t col, int64_t out_col, const char* ahead, int64_t ahead_lines) {
+  // Every loop over rows and columns is unrolled, and the epilogue gets a copy of each row's sums, so that the
+  // accumulators stay in registers from the first quad to the store.
   __m512i acc[R][C];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
   frame_cpu::steps_with_prefetch(k / 4, ahead, ahead_lines, [&](int64_t q) __attribute__((always_inline)) {
     __m512i w[C];
+#pragma GCC unroll 2
     for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(panel + (q * C + c) * 64);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       int32_t bytes;
       std::memcpy(&bytes, x + r * k + 4 * q, sizeof bytes);
       const __m512i a = _mm512_set1_epi32(bytes);
+#pragma GCC unroll 2
       for (int c = 0; c < C; ++c) acc[r][c] = dpbusd(acc[r][c], a, w[c]);
     }
   });
   __m512i correction[C];
+#pragma GCC unroll 2
   for (int c = 0; c < C; ++c)
     correction[c] = _mm512_slli_epi32(_mm512_loadu_si512(col_sums + col + 16 * c), 7);  // 128 * sum(w)
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_sub_epi32(acc[r][c], correction[c]);
-    out.finish(r0 + r, col, acc[r], C, out_col);
+    __m512i sums[C];
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) sums[c] = _mm512_sub_epi32(acc[r][c], correction[c]);
+    out.finish(r0 + r, col, sums, C, out_col);
   }
 }
 
@@ -208,17 +220,22 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
   uint8_t* const q = q_rows.get();
   std::vector<float> x_scale(m);
   const int offset = amx ? 0 : 128;
-  if (xc.scalar_type() == at::kFloat) {
-    quantize_rows(xc.data_ptr<float>(), m, k, smooth, q, x_scale.data(), offset);
-  } else {
-    quantize_rows(xc.data_ptr<c10::BFloat16>(), m, k, smooth, q, x_scale.data(), offset);
-  }
+  auto quantize = [&](int64_t begin, int64_t end) {
+    if (xc.scalar_type() == at::kFloat) {
+      quantize_rows(xc.data_ptr<float>(), begin, end, k, smooth, q, x_scale.data(), offset);
+    } else {
+      quantize_rows(xc.data_ptr<c10::BFloat16>(), begin, end, k, smooth, q, x_scale.data(), offset);
+    }
+  };
   const Output out{gated, xc.scalar_type() == at::kFloat, w_scale.data_ptr<float>(), bias_ptr, x_scale.data(),
                    y.data_ptr(), width};
   const auto* wp = reinterpret_cast<const int8_t*>(packed.data_ptr());
   const int32_t* sums = col_sums.data_ptr<int32_t>();
   if (amx) {
 #if FRAME_AMX
+    // Split over threads only when there is enough of x: a decode step's few rows quantize in a couple of
+    // microseconds, less than waking the pool.
+    at::parallel_for(0, m, std::max<int64_t>(8, kQuantizeGrain / k), quantize);
     frame_cpu::amx::product<frame_cpu::amx::Dot::kInt8>(
         q, m, k, reinterpret_cast<const uint8_t*>(wp), n,
         [&](const int32_t* c, int64_t rows, int cols, int64_t row, int64_t panel) {
@@ -232,10 +249,18 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
 #endif
   }
   // As packed_linear.cpp: rows a block at a time (their q in L2) across the thread's panels, and each panel's later
-  // row tiles asking for the next panel (panel_prefetch.h).
+  // row tiles asking for the next panel (panel_prefetch.h). One parallel region quantizes a share of x's rows per
+  // thread, waits for the others', then multiplies the thread's panels: a decode step's x was quantized on the
+  // calling thread while the other waited, and a prefill's took a second fork and join.
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / k / kRowTile * kRowTile);
-  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), panels));
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t thread = omp_get_thread_num(), count = omp_get_num_threads();
+    quantize(m * thread / count, m * (thread + 1) / count);
+#pragma omp barrier
+    const int64_t begin = panels * thread / count, end = panels * (thread + 1) / count;
     for (int64_t b0 = 0; b0 < m; b0 += block_rows) {
       const int64_t b1 = std::min<int64_t>(m, b0 + block_rows);
       const int64_t tiles = (b1 - b0 + kRowTile - 1) / kRowTile;
@@ -256,7 +281,7 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
         }
       }
     }
-  });
+  }
   return y;
 #else
   TORCH_CHECK(false, "w8a8_linear needs AVX-512 VNNI, BW and BF16; this build has no such instructions");
