@@ -52,3 +52,43 @@ def test_builds_once_then_loads(tmp_path: Path, monkeypatch) -> None:
     assert native.is_built("frame_native_test", [source], ["-O1"])
     assert torch.equal(torch.ops.frame_native_test.twice(torch.ones(3)), torch.full((3,), 2.0))
     native.load_library("frame_native_test", [source], ["-O1"])  # a no-op once loaded
+
+
+def test_disabling_cpu_flags_stands_in_for_a_lesser_cpu(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "_proc_cpu_flags", lambda: frozenset(
+        {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"}))
+    source = tmp_path / "op.cpp"
+    source.write_text(SOURCE)
+    native_build = native.build_directory("op", [source], ["-O2"])
+    monkeypatch.setenv(native.DISABLE_ENV, "avx512_bf16")
+    # The flag goes, and AMX with it (its tiles are only used beside AVX-512 BF16): probes see a Cascade Lake.
+    assert native.disabled_cpu_flags() == {"avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
+    assert native.cpu_flags() == {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    assert native._without_switches() == ["-mno-amx-bf16", "-mno-amx-int8", "-mno-amx-tile", "-mno-avx512bf16"]
+    assert native.build_directory("op", [source], ["-O2"]) != native_build  # built apart, never mixed up
+    monkeypatch.setenv(native.DISABLE_ENV, " avx512f, ")  # AVX2 only: every AVX-512 flag goes
+    assert native.cpu_flags() == {"avx2", "fma"}
+
+
+def test_an_unknown_flag_to_disable_is_refused_in_one_sentence(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(native.DISABLE_ENV, "avx512_bf16,sse2")
+    with pytest.raises(ValueError, match=r"^FRAME_CPU_DISABLE names sse2, which frame cannot build without; use "
+                                         r"some of: amx_bf16, .*avx512f"):
+        native.cpu_flags()
+    source = tmp_path / "op.cpp"
+    source.write_text(SOURCE)
+    assert native.unavailable_reason("op", [source], []).startswith("FRAME_CPU_DISABLE names sse2")
+
+
+@pytest.mark.skipif(native.missing_tools() is not None or "avx2" not in native.cpu_flags(),
+                    reason="needs a C++ toolchain and an x86 CPU with AVX2")
+def test_a_disabled_flag_leaves_its_instructions_out_of_the_build(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(native.DISABLE_ENV, "avx2")
+    source = tmp_path / "isa.cpp"
+    source.write_text(SOURCE.replace("frame_native_test", "frame_native_isa").replace(
+        "at::Tensor twice", "#ifdef __AVX2__\n#error built with AVX2\n#endif\nat::Tensor twice"))
+    native.load_library("frame_native_isa", [source], ["-O1", "-march=native"])  # fails to compile with AVX2
+    assert torch.equal(torch.ops.frame_native_isa.twice(torch.ones(2)), torch.full((2,), 2.0))

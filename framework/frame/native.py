@@ -4,10 +4,17 @@ A plugin that ships C++ (``TORCH_LIBRARY`` registrations, no Python bindings) ca
 first call compiles its sources with torch's extension builder (ninja and a C++ compiler), tuned for this CPU, into
 ``$FRAME_CACHE_DIR/kernels/<name>-<digest>`` (default ``~/.cache/frame``); the digest pins the sources, the
 flags, torch's version and the CPU's feature flags, so any change rebuilds and later processes just load.
+
+``FRAME_CPU_DISABLE`` (``/proc/cpuinfo`` flag names, comma-separated, e.g. ``avx512_bf16`` or ``avx512f``) makes
+this machine stand in for a lesser CPU class: :func:`cpu_flags` leaves those flags out (and those that need them),
+and every library is built without their instructions (``-mno-avx512bf16`` ...). The kernels and probes of that
+class then run here for real, on this CPU's silicon: that is how the AVX-512-without-BF16 and AVX2-only paths are
+tested and measured on an AVX-512 BF16 machine. Their speed is this CPU's, not that class's.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -23,6 +30,25 @@ from frame.paths import cache_root
 _lock = threading.Lock()
 _loaded: set[str] = set()
 
+#: The environment variable naming CPU flags to do without (see the module's docstring).
+DISABLE_ENV = "FRAME_CPU_DISABLE"
+
+#: GCC's switch for each flag it can build without, and the flags that go with it (their instructions need it).
+_WITHOUT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "avx2": ("-mno-avx2", ("avx512f", "fma")),
+    "fma": ("-mno-fma", ("avx512f",)),
+    "avx512f": ("-mno-avx512f", ("avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16",
+                                 "avx512_fp16", "avx512vbmi", "avx512_vbmi2", "avx512ifma", "avx512_bitalg",
+                                 "avx512_vpopcntdq", "avx512_vp2intersect", "amx_tile")),
+    "avx512bw": ("-mno-avx512bw", ("avx512_bf16", "avx512_fp16", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg")),
+    "avx512_vnni": ("-mno-avx512vnni", ()),
+    "avx512_bf16": ("-mno-avx512bf16", ("amx_tile",)),
+    "avx512_fp16": ("-mno-avx512fp16", ()),
+    "amx_tile": ("-mno-amx-tile", ("amx_bf16", "amx_int8")),
+    "amx_bf16": ("-mno-amx-bf16", ()),
+    "amx_int8": ("-mno-amx-int8", ()),
+}
+
 
 def missing_tools() -> str | None:
     """Why nothing can be built here (no C++ compiler or ninja), or None when it can."""
@@ -37,14 +63,45 @@ def missing_tools() -> str | None:
     return None
 
 
+def disabled_cpu_flags() -> frozenset[str]:
+    """The CPU flags ``FRAME_CPU_DISABLE`` names, with those that depend on them; empty when it is unset.
+
+    Raises ValueError, naming the flags it knows, for a flag it cannot build without.
+    """
+    named = {f.strip() for f in os.environ.get(DISABLE_ENV, "").split(",") if f.strip()}
+    unknown = sorted(named - _WITHOUT.keys())
+    if unknown:
+        raise ValueError(f"{DISABLE_ENV} names {', '.join(unknown)}, which frame cannot build without; "
+                         f"use some of: {', '.join(sorted(_WITHOUT))}")
+    disabled: set[str] = set()
+    pending = list(named)
+    while pending:
+        flag = pending.pop()
+        if flag not in disabled:
+            disabled.add(flag)
+            pending.extend(_WITHOUT.get(flag, ("", ()))[1])
+    return frozenset(disabled)
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (``flags`` on x86, ``Features`` on Arm, from the first CPU in /proc/cpuinfo), less
+    those ``FRAME_CPU_DISABLE`` takes away: what probes that choose a kernel path should read."""
+    return _proc_cpu_flags() - disabled_cpu_flags()
+
+
+def _without_switches() -> list[str]:
+    """GCC switches that keep the disabled flags' instructions out of a build."""
+    return [_WITHOUT[f][0] for f in sorted(disabled_cpu_flags()) if f in _WITHOUT]
+
+
 def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> Path:
     """Where ``sources`` (and the ``.h`` files beside them) built with ``cflags`` for this torch and this CPU live."""
     digest = hashlib.sha256()
-    flags = " ".join([*cflags, "-fopenmp"])
+    flags = " ".join([*cflags, *_without_switches(), "-fopenmp"])
     # Headers beside the sources are part of the build too: editing one must rebuild.
     headers = sorted({h for s in sources for h in s.parent.glob("*.h")})
     for part in (*(f.read_bytes() for f in (*sources, *headers)), flags.encode(), torch.__version__.encode(),
-                 platform.machine().encode(), _cpu_flags().encode()):
+                 platform.machine().encode(), " ".join(sorted(cpu_flags())).encode()):
         digest.update(part)
     return cache_root() / "kernels" / f"{name}-{digest.hexdigest()[:16]}"
 
@@ -56,7 +113,10 @@ def is_built(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> bool:
 
 def unavailable_reason(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> str | None:
     """None when the library is built or can be; otherwise why not (for a plugin's availability check)."""
-    return None if is_built(name, sources, cflags) else missing_tools()
+    try:
+        return None if is_built(name, sources, cflags) else missing_tools()
+    except ValueError as error:  # FRAME_CPU_DISABLE names a flag no build can leave out
+        return str(error)
 
 
 def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> None:
@@ -78,17 +138,21 @@ def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> N
             # -fopenmp: torch's at::parallel_for is an OpenMP pragma in its headers, so without the flag a kernel
             # silently runs on one thread. The library then links libgomp.so.1, which resolves to the copy torch
             # already loaded, so both share one thread pool.
-            cpp_extension.load(name=name, sources=[str(s) for s in sources], extra_cflags=[*cflags, "-fopenmp"],
+            cpp_extension.load(name=name, sources=[str(s) for s in sources],
+                               extra_cflags=[*cflags, *_without_switches(), "-fopenmp"],
                                extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
                                verbose=False)
         _loaded.add(name)
 
 
-def _cpu_flags() -> str:
+@functools.cache
+def _proc_cpu_flags() -> frozenset[str]:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor()
+        return frozenset({platform.processor()})
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset({platform.processor()})
