@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from frame import native
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
 from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
@@ -67,7 +69,12 @@ class CpuPlatform(Platform):
     def default_dtype(self) -> torch.dtype:
         # Measured on a 2-core AVX-512 BF16 machine (no AMX), torch 2.13, SmolLM2-135M's linear shapes: bfloat16
         # matmuls run 2-3x faster than float32 from 64 rows up, and bfloat16 halves the KV bytes attention reads.
-        return torch.bfloat16 if probe.has_fast_bf16() else torch.float32
+        # AVX-512 without BF16 (FRAME_CPU_DISABLE=avx512_bf16 on a Zen 4): bfloat16 storage ran the mixed batch
+        # 1.10-1.17x float32 (half the bytes of weights and KV, the same float32 FMAs); on AVX2 alone it did not
+        # pay (1.00x, measured the same way on the same machine, and on a Zen 3), so float32 stays there.
+        if probe.has_fast_bf16() or probe.bf16_path() == "avx512":
+            return torch.bfloat16
+        return torch.float32
 
     def describe(self) -> str:
         features = [torch.backends.cpu.get_cpu_capability()]
@@ -75,6 +82,8 @@ class CpuPlatform(Platform):
             features.append("AMX BF16")
         elif probe.has_bf16():
             features.append("BF16")
+        if disabled := os.environ.get(native.DISABLE_ENV, "").strip():
+            features.append(f"{native.DISABLE_ENV}={disabled}")
         return f"CPU ({self.threads} threads, {', '.join(features)})"
 
     def kernel_paths(self) -> dict[str, str]:
@@ -83,13 +92,13 @@ class CpuPlatform(Platform):
             return {}
         paths: dict[str, str] = {}
         if probe.has_avx2_fma():
-            paths["float32"] = "avx2 packed linear"
+            paths["float32"] = f"{'avx512' if 'avx512f' in probe.cpu_flags() else 'avx2'} packed linear"
         bf16 = probe.bf16_path()
         if bf16 == "avx512_bf16":
             paths["bfloat16"] = ("amx packed linear (AMX BF16 tiles)" if kernels.amx_usable()
                                  else "avx512_bf16 packed linear")
-        elif bf16 == "avx2":
-            paths["bfloat16"] = "avx2 packed linear (bfloat16 storage, float32 arithmetic)"
+        elif bf16 in probe.STORAGE_PATHS:
+            paths["bfloat16"] = f"{bf16} packed linear (bfloat16 storage, float32 arithmetic)"
         elif bf16 is not None:
             paths["bfloat16"] = f"{bf16} (torch)"
         for fmt in quantized.served_formats():
@@ -155,7 +164,7 @@ class CpuPlatform(Platform):
             if gated:
                 return kernels.bfloat16_swiglu_projection(layer.weight, layer.bias)
             return kernels.bfloat16_linear(layer.weight, layer.bias, float_output=isinstance(layer, ParallelLMHead))
-        if path == "avx2":  # storage only: float32 arithmetic on the bfloat16 weights
+        if path in probe.STORAGE_PATHS:  # storage only: float32 arithmetic on the bfloat16 weights
             if gated:
                 return kernels.float32_swiglu_projection(layer.weight, layer.bias)
             return kernels.float32_linear(layer.weight, layer.bias)

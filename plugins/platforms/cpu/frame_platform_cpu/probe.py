@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
+
+from frame import native
 
 #: /proc/cpuinfo flags of CPUs with native bfloat16 arithmetic (x86 AVX-512 BF16 / AMX, Arm BF16).
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
-@lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """The feature flags of the first CPU in /proc/cpuinfo (``flags`` on x86, ``Features`` on Arm)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+    """The feature flags of the first CPU in /proc/cpuinfo (``flags`` on x86, ``Features`` on Arm), less those
+    ``FRAME_CPU_DISABLE`` takes away to stand in for a lesser CPU class (:mod:`frame.native`)."""
+    return native.cpu_flags()
 
 
 def has_bf16() -> bool:
@@ -45,14 +38,22 @@ def has_avx2_fma() -> bool:
     return {"avx2", "fma"} <= cpu_flags()
 
 
+def has_avx512() -> bool:
+    """True on x86 CPUs with AVX-512 F, BW and VL (Skylake-SP and later Xeons, Zen 4 and later): the packed float32
+    linear runs sixteen lanes wide there, and the norm, SwiGLU and rotary kernels their AVX-512 loops."""
+    return {"avx512f", "avx512bw", "avx512vl", "avx2", "fma"} <= cpu_flags()
+
+
 def bf16_path() -> str | None:
-    """How bfloat16 runs here: ``avx512_bf16`` (native dot products: the packed bfloat16 kernels), ``avx2``
-    (bfloat16 storage, float32 arithmetic: AVX2 and FMA, which AVX-512 CPUs without BF16 have too), ``native``
-    (Arm BF16, AMX without AVX-512 BF16: torch's own bfloat16 code), ``neon`` (Arm without BF16: storage only,
-    torch's code), or None where bfloat16 would only be emulated slowly."""
+    """How bfloat16 runs here: ``avx512_bf16`` (native dot products: the packed bfloat16 kernels), ``avx512``
+    (bfloat16 storage, float32 arithmetic on AVX-512: Xeons before Cooper Lake), ``avx2`` (the same on AVX2 and
+    FMA), ``native`` (Arm BF16, AMX without AVX-512 BF16: torch's own bfloat16 code), ``neon`` (Arm without BF16:
+    storage only, torch's code), or None where bfloat16 would only be emulated slowly."""
     flags = cpu_flags()
     if "avx512_bf16" in flags:
         return "avx512_bf16"
+    if has_avx512():
+        return "avx512"
     if {"avx2", "fma"} <= flags:
         return "avx2"
     if flags & _BF16_FLAGS:
@@ -60,6 +61,10 @@ def bf16_path() -> str | None:
     if "asimd" in flags:
         return "neon"
     return None
+
+
+#: bfloat16 paths that store bfloat16 and compute in float32 with the packed float32 linear.
+STORAGE_PATHS = frozenset({"avx512", "avx2"})
 
 
 def has_amx() -> bool:

@@ -23,8 +23,9 @@ PATHS = {"auto": 0, "amx": 1, "vnni": 2}
 
 
 def has_vnni() -> bool:
-    """True where the W8A8 kernel runs: AVX-512 VNNI with BW and BF16 (its epilogue's rounding)."""
-    return {"avx512_vnni", "avx512bw", "avx512_bf16"} <= probe.cpu_flags()
+    """True where the W8A8 kernel runs: AVX-512 VNNI with BW and VL (Cascade Lake, Ice Lake and later Xeons, Zen 4
+    and later); AVX-512 BF16 only makes its bfloat16 rounding one instruction."""
+    return {"avx512_vnni", "avx512bw", "avx512vl"} <= probe.cpu_flags()
 
 
 @functools.cache

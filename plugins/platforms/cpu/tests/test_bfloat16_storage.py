@@ -15,15 +15,19 @@ from frame_platform_cpu.platform import CpuPlatform
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
 needs_avx2_fma = pytest.mark.skipif(not probe.has_avx2_fma(), reason="the packed float32 kernel needs AVX2 and FMA")
-storage_only = pytest.mark.skipif(probe.bf16_path() != "avx2", reason=(
-    f"this CPU's bfloat16 path is {probe.bf16_path()}, not storage-only AVX2 (it has a bfloat16 dot product, or no "
-    "AVX2)"))
+storage_only = pytest.mark.skipif(probe.bf16_path() not in probe.STORAGE_PATHS, reason=(
+    f"this CPU's bfloat16 path is {probe.bf16_path()}, not storage-only AVX-512 or AVX2 (it has a bfloat16 dot "
+    "product, or no AVX2; FRAME_CPU_DISABLE=avx512_bf16 stands in for such a CPU)"))
 
 CPU_CLASSES = {  # /proc/cpuinfo flags of each class, the parts that decide
-    "zen4_avx512_bf16": ({"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}, "avx512_bf16", torch.bfloat16),
-    "xeon_avx512_vnni": ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}, "avx2", torch.float32),
+    "zen4_avx512_bf16": ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"}, "avx512_bf16",
+                         torch.bfloat16),
+    "xeon_avx512_vnni": ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "avx512",
+                         torch.bfloat16),
+    "xeon_phi_avx512f_only": ({"avx2", "fma", "avx512f"}, "avx2", torch.float32),  # no BW/VL: the AVX2 loops
     "zen3_avx2": ({"avx2", "fma", "f16c"}, "avx2", torch.float32),
-    "sapphire_rapids_amx": ({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, "avx512_bf16", torch.bfloat16),
+    "sapphire_rapids_amx": ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"},
+                            "avx512_bf16", torch.bfloat16),
     "graviton3_arm_bf16": ({"asimd", "bf16"}, "native", torch.float32),
     "arm_neon": ({"asimd"}, "neon", torch.float32),
     "old_x86": ({"sse4_2"}, None, torch.float32),

@@ -134,6 +134,28 @@ def test_fused_norm_equals_the_reference_but_for_summation_order(rows: int) -> N
     torch.testing.assert_close(fused[0].float(), expected_out.float(), rtol=8e-3, atol=8e-3)
 
 
+def test_the_fused_norms_rounded_sum_is_torchs_for_every_kind_of_value() -> None:
+    """The residual sum goes through the kernels' float32 -> bfloat16 rounding alone (vcvtneps2bf16, or the integer
+    version on CPUs without AVX-512 BF16): ties to even, overflow to infinity, NaN; denormals only where torch keeps
+    them too (vcvtneps2bf16 flushes denormal inputs)."""
+    tiny = 2.0**-133  # a float32 denormal that a bfloat16 one can hold
+    values = [1.0, 1.00390625, 1.01171875, -2.5, 3.0e38, 3.4e38, float("inf"), float("-inf"), float("nan"), 0.0,
+              -0.0, 1e-30, 65504.0, 7.0, -1.5, 0.125]
+    x = torch.tensor([values], dtype=torch.float32).bfloat16()
+    # residual chosen so that x + residual in float32 hits ties and carries when rounded
+    residual = torch.tensor([[2.0**-9, 2.0**-9, 2.0**-9, 0.0, 3.0e38, 3.4e38, 1.0, -1.0, 0.0, 0.0, -0.0, 1e-30,
+                              1.0, 2.0**-6, 0.0, 0.0]], dtype=torch.float32).bfloat16()
+    summed = kernels.fused_add_rms_norm(torch.ones(16, dtype=torch.bfloat16), 1e-5)(x, residual)[1]
+    expected = (x.float() + residual.float()).bfloat16()
+    nan = expected.isnan()
+    assert torch.equal(summed.isnan(), nan)  # NaN stays NaN (its payload bits differ between torch's own paths)
+    assert torch.equal(summed[~nan].view(torch.int16), expected[~nan].view(torch.int16))
+    if not probe.has_avx512_bf16():  # the integer rounding keeps denormals, as torch does
+        d = torch.tensor([[tiny] * 16], dtype=torch.float32).bfloat16()
+        got = kernels.fused_add_rms_norm(torch.ones(16, dtype=torch.bfloat16), 1e-5)(d, torch.zeros_like(d))[1]
+        assert torch.equal(got.view(torch.int16), (d.float() * 1).bfloat16().view(torch.int16))
+
+
 def test_fused_norm_declines_float32() -> None:
     weight = torch.ones(8, dtype=torch.bfloat16)
     assert kernels.fused_add_rms_norm(weight, 1e-6)(torch.ones(2, 8), torch.ones(2, 8)) is None

@@ -1,7 +1,7 @@
-// y = x W^T (+ b) for a float32 or bfloat16 weight packed once into 16-column panels, with AVX2 FMA: every float32
-// linear of the model on x86 CPUs without AVX-512 BF16 (AVX2-only parts such as AMD Zen 2/3), and every bfloat16
-// one there too: bfloat16 is storage only on such CPUs (half the bytes a decode step reads), each weight widened
-// to float32 in registers (exact) and every product and sum in float32.
+// y = x W^T (+ b) for a float32 or bfloat16 weight packed once into 16-column panels, on float32 FMAs: every
+// float32 linear of the model on x86 CPUs, and every bfloat16 one on those without AVX-512 BF16 (AVX-512 Xeons
+// before Cooper Lake, AVX2-only parts such as AMD Zen 2/3): bfloat16 is storage only on such CPUs (half the bytes
+// a decode step reads), each weight widened to float32 in registers (exact) and every product and sum in float32.
 //
 // torch's float32 F.linear goes to MKL, whose matrix-vector path streams the weight once per call, but whose GEMM
 // for 2 to 16 rows (speculative decoding's verification steps, small batches) measured 3x the one-row time on a
@@ -14,8 +14,12 @@
 // rows on a Zen 3 core, 66 -> 58 ms a SmolLM2-135M step in float32 and 60 -> 37 ms with bfloat16 weights, because
 // the next panel's first pass no longer stalls on memory while nothing overlaps it.
 //
+// With AVX-512 the tile is up to 14 rows x 32 columns (two panels side by side, one zmm of each per k-step): 28
+// accumulators, so each broadcast of x feeds two FMAs and each weight load fourteen, at twice AVX2's width. The
+// sums are the AVX2 tile's, step for step.
+//
 // Each output is one float32 sum over k in order, whatever the number of rows, so a row's result does not depend
-// on what it is batched with.
+// on what it is batched with (nor on the ISA: AVX2 and AVX-512 give the same bits).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -25,6 +29,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -32,10 +37,99 @@
 
 namespace {
 
-constexpr int64_t kPanel = 16;  // output columns per packed panel: two ymm registers of float32 accumulators
-constexpr int kRowTile = 6;     // rows per register tile: 6 x 2 accumulators, two weight registers, one broadcast
+constexpr int64_t kPanel = 16;  // output columns per packed panel: two ymm registers (one zmm) of float32
+#if defined(__AVX512F__)
+constexpr int kRowTile = 14;  // rows per register tile: 14 x 2 zmm accumulators, two weights, one broadcast
+#else
+constexpr int kRowTile = 6;  // rows per register tile: 6 x 2 ymm accumulators, two weight registers, one broadcast
+#endif
 
-#if defined(__AVX2__) && defined(__FMA__)
+// tile<rows>(...) for a run-time row count in [1, kRowTile].
+template <int R = 1, typename Tile>
+void with_rows(int rows, Tile&& tile) {
+  if constexpr (R <= kRowTile) {
+    if (rows == R) return tile(std::integral_constant<int, R>{});
+    return with_rows<R + 1>(rows, tile);
+  } else {
+    TORCH_CHECK(false, "row tile of ", rows);
+  }
+}
+
+#if defined(__AVX512F__)
+
+// Sixteen of a panel's weights as float32: float32 as they are, bfloat16 widened exactly.
+inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
+inline __m512 load16(const uint16_t* w) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// R rows x C panels (C consecutive panels of [k][16], `panel` the first): y [R, 16 * C] (+ bias). The first row
+// tile of a panel pair also asks for the next pair (`ahead`), a line per panel as the k-steps reach it.
+template <int R, int C, typename W>
+void tile(const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y, int64_t ldy,
+          const W* ahead) {
+  __m512 acc[R][C];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  constexpr int64_t kLineSteps = 64 / (kPanel * sizeof(W));  // k-steps per cache line of a panel
+  for (int64_t i = 0; i < k; ++i) {
+    if (ahead != nullptr && i % kLineSteps == 0)
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + (c * k + i) * kPanel), _MM_HINT_T0);
+    __m512 w[C];
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) w[c] = load16(panel + (c * k + i) * kPanel);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(x[r * ldx + i]);
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(a, w[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) {
+      if (bias != nullptr) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_loadu_ps(bias + 16 * c));
+      _mm512_storeu_ps(y + r * ldy + 16 * c, acc[r][c]);
+    }
+}
+
+template <int C, typename W>
+void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y,
+               int64_t ldy, const W* ahead) {
+  with_rows(rows, [&](auto r) { tile<decltype(r)::value, C, W>(x, ldx, panel, k, bias, y, ldy, ahead); });
+}
+
+// Every pair of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a last,
+// odd panel alone.
+template <typename W>
+void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp) {
+  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
+  const int64_t height = (m + tiles - 1) / tiles;
+  const int64_t panels = n / kPanel, pairs = (panels + 1) / 2;
+  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t col = 2 * p * kPanel;
+      const bool two = 2 * p + 1 < panels;
+      for (int64_t r = 0; r < m; r += height) {
+        const int rows = static_cast<int>(std::min<int64_t>(height, m - r));
+        // The next pair, when this thread has one of two panels (a last, odd panel is not asked for ahead).
+        const bool next_pair = p + 1 < end && 2 * p + 3 < panels;
+        const W* ahead = r == 0 && height < m && next_pair ? wp + (col + 2 * kPanel) * k : nullptr;
+        const float* bias = bias_ptr ? bias_ptr + col : nullptr;
+        if (two) tile_rows<2, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, ahead);
+        else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
+      }
+    }
+  });
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+
 // Eight of a panel's weights as float32: float32 as they are, bfloat16 widened exactly (the top half of a float).
 inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
 inline __m256 load8(const uint16_t* w) {
@@ -76,17 +170,9 @@ void tile(const float* x, int64_t ldx, const W* panel, int64_t k, const float* b
 template <typename W>
 void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y,
                int64_t ldy, const W* ahead) {
-  switch (rows) {
-#define FRAME_TILE_CASE(R) \
-  case R: tile<R, W>(x, ldx, panel, k, bias, y, ldy, ahead); break;
-    FRAME_TILE_CASE(1) FRAME_TILE_CASE(2) FRAME_TILE_CASE(3) FRAME_TILE_CASE(4) FRAME_TILE_CASE(5) FRAME_TILE_CASE(6)
-#undef FRAME_TILE_CASE
-    default: TORCH_CHECK(false, "row tile of ", rows);
-  }
+  with_rows(rows, [&](auto r) { tile<decltype(r)::value, W>(x, ldx, panel, k, bias, y, ldy, ahead); });
 }
-#endif
 
-#if defined(__AVX2__) && defined(__FMA__)
 // Every panel against every row of float32 x (tiles of equal height: 8 rows are two of 4, not 6 and 2, because
 // every tile costs a pass over the panel's weights), into float32 y [m, n].
 template <typename W>

@@ -23,7 +23,7 @@ namespace {
 using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
-#if defined(__AVX512BF16__)
+#if FRAME_AVX512_BF16_BITS
 using frame_cpu::load16;
 using frame_cpu::narrow16;
 using frame_cpu::tail_mask16;

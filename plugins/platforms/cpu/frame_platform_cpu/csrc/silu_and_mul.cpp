@@ -23,7 +23,7 @@ using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
 void silu_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
-#if defined(__AVX512BF16__)
+#if FRAME_AVX512_BF16_BITS
   for (int64_t i = 0; i < width; i += 16) {
     const __mmask16 mask = frame_cpu::tail_mask16(width - i);
     _mm256_mask_storeu_epi16(dst + i, mask,

@@ -30,7 +30,7 @@ inline float exp_approx(float x) {
   return p * scale;
 }
 
-#if defined(__AVX512BF16__)
+#if FRAME_AVX512_BF16_BITS
 // The same steps as the scalar exp_approx, sixteen lanes at a time.
 inline __m512 exp_approx(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));

@@ -34,7 +34,7 @@
 
 #include <omp.h>
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#if defined(__AVX512VNNI__) && FRAME_AVX512_BF16_BITS  // AVX-512 BF16 only speeds up the rounding
 #include <immintrin.h>
 
 #include "panel_prefetch.h"
@@ -284,7 +284,7 @@ at::Tensor w8a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
   }
   return y;
 #else
-  TORCH_CHECK(false, "w8a8_linear needs AVX-512 VNNI, BW and BF16; this build has no such instructions");
+  TORCH_CHECK(false, "w8a8_linear needs AVX-512 VNNI, BW and VL; this build has no such instructions");
 #endif
 }
 
