@@ -20,7 +20,7 @@ from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
 from frame.layers.basic import KernelLayer, Linear, SiluAndMul, copy_checked, empty_parameter
-from frame.layers.quantized import store_rows
+from frame.layers.quantized import note_dense_rows, store_rows
 from frame.parallel import HeadPartition, parallel_context
 
 
@@ -79,6 +79,7 @@ class ColumnParallelLinear(Linear):
             store_rows(dest, spec.offset, rows, kind)
             return
         copy_checked(dest.data[spec.offset : spec.offset + spec.size], rows, kind)
+        note_dense_rows(dest, spec.offset, spec.size)
 
     def load_parts(self) -> list[str | None]:
         return list(self.parts)

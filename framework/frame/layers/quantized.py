@@ -40,23 +40,33 @@ def store_rows(param: torch.Tensor, offset: int, packed: PackedWeight, what: str
     param.__dict__.setdefault("packed_parts", {})[offset] = packed
 
 
+def note_dense_rows(param: torch.Tensor, offset: int, rows: int) -> None:
+    """Rows ``[offset, offset + rows)`` of a fused weight arrived dense (and are in ``param``): a GGUF may store
+    one part of a fused layer in a format no plugin keeps packed (a k-quant file's q5_0 beside its q6_K)."""
+    param.__dict__.setdefault("dense_rows", {})[offset] = rows
+
+
 def _joined(param: torch.Tensor) -> PackedWeight | None:
-    """The parameter's stored row blocks as one packed weight (None: they differ in format, so they go dense)."""
+    """The parameter's stored row blocks as one packed weight (None: they differ in format, or some rows arrived
+    dense, so the weight goes dense)."""
     parts = param.__dict__.pop("packed_parts")
-    offsets = sorted(parts)
+    dense = param.__dict__.pop("dense_rows", {})
+    spans = sorted([(o, parts[o].shape[0]) for o in parts] + list(dense.items()))
     expected = 0
-    for offset in offsets:
+    for offset, rows in spans:
         if offset != expected:
             raise ValueError(f"rows {expected}:{offset} of a packed weight of shape {tuple(param.shape)} were never "
                              "loaded")
-        expected += parts[offset].shape[0]
+        expected += rows
     if expected != param.shape[0]:
         raise ValueError(f"rows {expected}:{param.shape[0]} of a packed weight were never loaded")
-    joined = PackedWeight.cat([parts[o] for o in offsets])
+    offsets = sorted(parts)
+    joined = None if dense else PackedWeight.cat([parts[o] for o in offsets])
     if joined is None:
-        log.info("a fused weight's parts come in different formats (%s); it runs dense",
-                 ", ".join(parts[o].format for o in offsets))
-        param.data.copy_(torch.cat([parts[o].dequantize(param.dtype) for o in offsets]))
+        formats = [parts[o].format for o in offsets] + (["dense"] if dense else [])
+        log.info("a fused weight's parts come in different formats (%s); it runs dense", ", ".join(formats))
+        for o in offsets:
+            param.data[o : o + parts[o].shape[0]].copy_(parts[o].dequantize(param.dtype))
     return joined
 
 
@@ -81,6 +91,8 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None,
     packed_count = 0
     for key, weight in weights.items():
         holders = users[key]
+        if not arrived_packed(weight):
+            weight.__dict__.pop("dense_rows", None)
         all_linear = all(_is_linear(m) for _, m in holders)
         arrived = arrived_packed(weight)
         packed = _joined(weight) if arrived else None
