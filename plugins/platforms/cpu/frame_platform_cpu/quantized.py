@@ -4,8 +4,10 @@ ggml's q4_0, q4_1 and q8_0 blocks run in ``csrc/ggml_linear.cpp`` against x quan
 llama.cpp computes): on CPUs with AVX-512 VNNI repacked once at load for ``vpdpbusd`` (16 output rows a vector),
 elsewhere as the GGUF stores them with AVX2 integer dot products, or the same arithmetic in plain C++ on CPUs
 without AVX2. ``int8`` weights whose method allows dynamic activation scales (W8A8) run there too, as q8_0 blocks
-whose scale is the row's (in float16). Formats without a kernel here return None, so the layer multiplies by the
-dequantised weight.
+whose scale is the row's (in float16). The k-quants are rewritten once at load into blocks those kernels read:
+q4_K as q4_1 (the same nibbles; each 32-value sub-block's scale d * sc and min dmin * m rounded to float16, a
+relative change of at most 2^-11), q6_K as q8_0 (its values requantized to 8 bits per block of 32, within half an
+8-bit step). Formats without a kernel here return None, so the layer multiplies by the dequantised weight.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from frame_platform_cpu import kernels, probe, w8a8
 
 #: ggml formats ``ggml_linear`` reads, with the number its ``format`` argument takes.
 GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
+#: k-quant formats and the block format each is rewritten into at load.
+K_QUANTS = {"q4_k": "q4_1", "q6_k": "q8_0"}
 
 Kernel = Callable[[torch.Tensor], torch.Tensor | None]
 
 
 def served_formats() -> tuple[str, ...]:
     """The packed formats this CPU runs with a native kernel (int8: with dynamic activation scales)."""
-    return (*GGML_FORMATS, "int8") if kernels.unavailable_reason() is None else ()
+    return (*GGML_FORMATS, *K_QUANTS, "int8") if kernels.unavailable_reason() is None else ()
 
 
 def has_vnni() -> bool:
@@ -67,12 +71,61 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
 def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
                 vnni: bool | None = None) -> Kernel | None:
     """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-block int8
-    rounding; None for a format ``ggml_linear`` does not read. ``portable`` forces the plain C++ path, ``vnni``
-    False the AVX2 one (default: the AVX-512 VNNI kernel on repacked blocks where the CPU has it, else AVX2)."""
-    fmt = GGML_FORMATS.get(packed.format)
-    if fmt is None or packed.in_features % 32:
+    rounding (and a k-quant's rewriting, ``K_QUANTS``); None for a format ``ggml_linear`` does not read.
+    ``portable`` forces the plain C++ path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel on
+    repacked blocks where the CPU has it, else AVX2)."""
+    if packed.in_features % 32:
         return None
-    return _block_linear(packed.tensors["blocks"], fmt, bias, portable, vnni)
+    blocks = packed.tensors.get("blocks")
+    if packed.format == "q4_k" and packed.in_features % 256 == 0:
+        blocks = q4_k_as_q4_1(blocks)
+    elif packed.format == "q6_k" and packed.in_features % 256 == 0:
+        blocks = q8_0_blocks(packed.dequantize(torch.float32))
+    fmt = GGML_FORMATS.get(K_QUANTS.get(packed.format, packed.format))
+    if fmt is None or blocks is None:
+        return None
+    return _block_linear(blocks, fmt, bias, portable, vnni)
+
+
+def q4_k_as_q4_1(blocks: torch.Tensor) -> torch.Tensor:
+    """q4_K blocks ``[out, in / 256 * 144]`` as q4_1 blocks ``[out, in / 32 * 20]`` holding the same 4-bit values.
+
+    A q4_K block is 256 inputs: float16 ``d`` and ``dmin``, twelve bytes of eight 6-bit scales ``sc`` and mins ``m``
+    (ggml's ``get_scale_min_k4`` packing), and 128 bytes whose low nibbles are sub-block ``2j``'s 32 values and high
+    nibbles sub-block ``2j + 1``'s, for ``j`` 0-3; value = d * sc * q - dmin * m. A q4_1 block is 32 inputs: float16
+    ``d``, float16 ``m``, and 16 bytes whose low nibbles are values 0-15 and high nibbles 16-31; value = d * q + m.
+    """
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, 144).to(torch.int32)
+    halves = blocks.reshape(rows, -1, 144)[..., :4].contiguous().view(torch.float16).float()  # d, dmin
+    d, dmin = halves[..., 0:1], halves[..., 1:2]
+    sc_bytes = b[..., 4:16]
+    low, high = sc_bytes[..., 0:4], sc_bytes[..., 4:8]
+    top = sc_bytes[..., 8:12]
+    scale = torch.cat([low & 63, (top & 0xF) | ((low >> 6) << 4)], dim=-1)  # sub-blocks 0-3, 4-7
+    mins = torch.cat([high & 63, (top >> 4) | ((high >> 6) << 4)], dim=-1)
+    qs = b[..., 16:].reshape(rows, -1, 4, 32)
+    values = torch.stack([qs & 0xF, qs >> 4], dim=3).reshape(rows, -1, 8, 32)  # sub-block 2j, then 2j + 1
+    out = torch.empty(rows, values.shape[1], 8, 20, dtype=torch.uint8)
+    out[..., 0:2] = (d * scale).half().unsqueeze(-1).view(torch.uint8)
+    out[..., 2:4] = (-(dmin * mins)).half().unsqueeze(-1).view(torch.uint8)
+    out[..., 4:] = (values[..., :16] | (values[..., 16:] << 4)).to(torch.uint8)
+    return out.reshape(rows, -1)
+
+
+def q8_0_blocks(dense: torch.Tensor) -> torch.Tensor:
+    """``dense`` ``[out, in]`` as q8_0 blocks ``[out, in / 32 * 34]``, as ggml's ``quantize_row_q8_0`` makes them:
+    d = max |x| / 127 per block of 32 (stored float16), q = x / d rounded half away from zero."""
+    rows = dense.shape[0]
+    x = dense.float().reshape(rows, -1, 32)
+    d = x.abs().amax(-1, keepdim=True) / 127
+    inverse = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    scaled = x * inverse
+    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).clamp(-127, 127).to(torch.int8)
+    out = torch.empty(rows, x.shape[1], 34, dtype=torch.uint8)
+    out[..., 0:2] = d.half().view(torch.uint8)
+    out[..., 2:] = q.view(torch.uint8)
+    return out.reshape(rows, -1)
 
 
 def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,

@@ -95,9 +95,48 @@ def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) ->
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
-def test_formats_without_a_kernel_decline() -> None:
-    weight = GGMLWeight("q6_k", torch.zeros(2, 210, dtype=torch.uint8), 256)
-    assert quantized.ggml_linear(weight, None) is None
+def _k_quant(fmt: str, rows: int, inputs: int, seed: int) -> GGMLWeight:
+    """Random, valid q4_K or q6_K blocks (every byte random but the float16 scales, kept small and finite)."""
+    gen = torch.Generator().manual_seed(seed)
+    size = {"q4_k": 144, "q6_k": 210}[fmt]
+    blocks = torch.randint(0, 256, (rows, inputs // 256, size), generator=gen, dtype=torch.uint8)
+    halves = (torch.rand(rows, inputs // 256, 2, generator=gen) * 0.004 + 0.0005).half().view(torch.uint8)
+    if fmt == "q4_k":
+        blocks[..., :4] = halves.reshape(rows, -1, 4)  # d, dmin
+    else:
+        blocks[..., 208:] = halves[..., :2]  # d, after ql, qh and the int8 scales
+    return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
+
+
+def test_q4_k_rewritten_as_q4_1_keeps_its_values_but_for_float16_scales() -> None:
+    weight = _k_quant("q4_k", 48, 512, seed=1)
+    rewritten = GGMLWeight("q4_1", quantized.q4_k_as_q4_1(weight.tensors["blocks"]), 512)
+    exact, got = weight.dequantize().double(), rewritten.dequantize().double()
+    # d * sc and dmin * m each rounded to float16: at most 2^-11 of each term, |q| <= 15.
+    bound = (exact.abs() + 64 * 0.0045) * 2.0**-10
+    assert ((got - exact).abs() <= bound).all()
+
+
+def test_q6_k_rewritten_as_q8_0_is_within_about_half_an_8_bit_step() -> None:
+    weight = _k_quant("q6_k", 48, 512, seed=2)
+    exact = weight.dequantize()
+    rewritten = GGMLWeight("q8_0", quantized.q8_0_blocks(exact), 512).dequantize()
+    step = exact.reshape(48, -1, 32).abs().amax(-1, keepdim=True) / 127
+    # Half a step, plus the float16 rounding of d (2^-11 of it) times |q| <= 127, as in ggml's own q8_0 blocks.
+    assert ((rewritten - exact).reshape(48, -1, 32).abs() <= step * (0.5 + 127 * 2.0**-11)).all()
+
+
+@pytest.mark.parametrize("portable", PATHS)
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quants_run_a_kernel_close_to_their_dequantised_product(fmt: str, portable) -> None:
+    weight = _k_quant(fmt, 64, 512, seed=3)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(4))
+    kernel = quantized.ggml_linear(weight, None, **portable)
+    assert kernel is not None
+    exact = x.double() @ weight.dequantize().double().T
+    # x's int8 rounding per block of 32 and the rewriting: well under a percent of the output's spread.
+    assert (kernel(x).double() - exact).abs().max() <= 0.01 * exact.abs().max()
+    assert fmt in quantized.served_formats()
 
 
 def test_the_kernel_declines_other_inputs() -> None:
