@@ -102,7 +102,8 @@ class CpuPlatform(Platform):
         elif bf16 is not None:
             paths["bfloat16"] = f"{bf16} (torch)"
         for fmt in quantized.served_formats():
-            paths[fmt] = quantized.isa_path()
+            rewritten = quantized.K_QUANTS.get(fmt)
+            paths[fmt] = quantized.isa_path() + (f" (as {rewritten} blocks, rewritten at load)" if rewritten else "")
         if "int8" in paths:
             vnni = w8a8.isa_path()
             scheme = f"{vnni} (W8A8: x int8 per token" if vnni else f"{paths['int8']} (W8A8: x int8 per block of 32"
