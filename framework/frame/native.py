@@ -101,7 +101,7 @@ def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -
     # Headers beside the sources are part of the build too: editing one must rebuild.
     headers = sorted({h for s in sources for h in s.parent.glob("*.h")})
     for part in (*(f.read_bytes() for f in (*sources, *headers)), flags.encode(), torch.__version__.encode(),
-                 platform.machine().encode(), " ".join(sorted(cpu_flags())).encode()):
+                 platform.machine().encode(), (" ".join(sorted(cpu_flags())) or platform.processor()).encode()):
         digest.update(part)
     return cache_root() / "kernels" / f"{name}-{digest.hexdigest()[:16]}"
 
@@ -150,9 +150,9 @@ def _proc_cpu_flags() -> frozenset[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset({platform.processor()})
+        return frozenset()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             return frozenset(value.split())
-    return frozenset({platform.processor()})
+    return frozenset()
