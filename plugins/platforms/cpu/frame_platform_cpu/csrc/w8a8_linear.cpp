@@ -69,25 +69,23 @@ inline __m512 load16(const c10::BFloat16* x, __mmask16 mask) {
 template <typename T>
 void quantize_rows(const T* x, int64_t begin, int64_t end, int64_t k, const float* smooth, uint8_t* q, float* scale,
                    int offset) {
-  {
-    const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    for (int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * k;
-      __m512 top = _mm512_setzero_ps();
-      auto value = [&](int64_t i, __mmask16 mask) {
-        const __m512 v = load16(row + i, mask);
-        return smooth != nullptr ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, smooth + i)) : v;
-      };
-      for (int64_t i = 0; i < k; i += 16) top = _mm512_max_ps(top, _mm512_and_ps(value(i, frame_cpu::tail_mask16(k - i)), sign_off));
-      const float amax = _mm512_reduce_max_ps(top);
-      const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
-      scale[r] = amax / 127.f;
-      const __m128i shift = _mm_set1_epi8(static_cast<char>(offset));
-      for (int64_t i = 0; i < k; i += 16) {
-        const __mmask16 mask = frame_cpu::tail_mask16(k - i);
-        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(value(i, mask), inv));
-        _mm_mask_storeu_epi8(q + r * k + i, mask, _mm_add_epi8(_mm512_cvtsepi32_epi8(v), shift));
-      }
+  const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t r = begin; r < end; ++r) {
+    const T* row = x + r * k;
+    __m512 top = _mm512_setzero_ps();
+    auto value = [&](int64_t i, __mmask16 mask) {
+      const __m512 v = load16(row + i, mask);
+      return smooth != nullptr ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, smooth + i)) : v;
+    };
+    for (int64_t i = 0; i < k; i += 16) top = _mm512_max_ps(top, _mm512_and_ps(value(i, frame_cpu::tail_mask16(k - i)), sign_off));
+    const float amax = _mm512_reduce_max_ps(top);
+    const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    scale[r] = amax / 127.f;
+    const __m128i shift = _mm_set1_epi8(static_cast<char>(offset));
+    for (int64_t i = 0; i < k; i += 16) {
+      const __mmask16 mask = frame_cpu::tail_mask16(k - i);
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(value(i, mask), inv));
+      _mm_mask_storeu_epi8(q + r * k + i, mask, _mm_add_epi8(_mm512_cvtsepi32_epi8(v), shift));
     }
   }
 }
