@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
+from frame.weights import GGMLWeight
 
 from frame_platform_cpu import kernels, probe, w8a8
 
@@ -74,16 +75,14 @@ def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     rounding (and a k-quant's rewriting, ``K_QUANTS``); None for a format ``ggml_linear`` does not read.
     ``portable`` forces the plain C++ path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel on
     repacked blocks where the CPU has it, else AVX2)."""
-    if packed.in_features % 32:
-        return None
-    blocks = packed.tensors.get("blocks")
-    if packed.format == "q4_k" and packed.in_features % 256 == 0:
-        blocks = q4_k_as_q4_1(blocks)
-    elif packed.format == "q6_k" and packed.in_features % 256 == 0:
-        blocks = q8_0_blocks(packed.dequantize(torch.float32))
     fmt = GGML_FORMATS.get(K_QUANTS.get(packed.format, packed.format))
-    if fmt is None or blocks is None:
+    if fmt is None or packed.in_features % 32:
         return None
+    blocks = packed.tensors["blocks"]
+    if packed.format == "q4_k":
+        blocks = q4_k_as_q4_1(blocks)
+    elif packed.format == "q6_k":  # gguf's own q8_0 quantizer, ggml's rounding
+        blocks = GGMLWeight.quantized("q8_0", packed.dequantize(torch.float32)).tensors["blocks"]
     return _block_linear(blocks, fmt, bias, portable, vnni)
 
 
@@ -110,21 +109,6 @@ def q4_k_as_q4_1(blocks: torch.Tensor) -> torch.Tensor:
     out[..., 0:2] = (d * scale).half().unsqueeze(-1).view(torch.uint8)
     out[..., 2:4] = (-(dmin * mins)).half().unsqueeze(-1).view(torch.uint8)
     out[..., 4:] = (values[..., :16] | (values[..., 16:] << 4)).to(torch.uint8)
-    return out.reshape(rows, -1)
-
-
-def q8_0_blocks(dense: torch.Tensor) -> torch.Tensor:
-    """``dense`` ``[out, in]`` as q8_0 blocks ``[out, in / 32 * 34]``, as ggml's ``quantize_row_q8_0`` makes them:
-    d = max |x| / 127 per block of 32 (stored float16), q = x / d rounded half away from zero."""
-    rows = dense.shape[0]
-    x = dense.float().reshape(rows, -1, 32)
-    d = x.abs().amax(-1, keepdim=True) / 127
-    inverse = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-    scaled = x * inverse
-    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).clamp(-127, 127).to(torch.int8)
-    out = torch.empty(rows, x.shape[1], 34, dtype=torch.uint8)
-    out[..., 0:2] = d.half().view(torch.uint8)
-    out[..., 2:] = q.view(torch.uint8)
     return out.reshape(rows, -1)
 
 

@@ -120,7 +120,7 @@ def test_q4_k_rewritten_as_q4_1_keeps_its_values_but_for_float16_scales() -> Non
 def test_q6_k_rewritten_as_q8_0_is_within_about_half_an_8_bit_step() -> None:
     weight = _k_quant("q6_k", 48, 512, seed=2)
     exact = weight.dequantize()
-    rewritten = GGMLWeight("q8_0", quantized.q8_0_blocks(exact), 512).dequantize()
+    rewritten = GGMLWeight.quantized("q8_0", exact).dequantize()
     step = exact.reshape(48, -1, 32).abs().amax(-1, keepdim=True) / 127
     # Half a step, plus the float16 rounding of d (2^-11 of it) times |q| <= 127, as in ggml's own q8_0 blocks.
     assert ((rewritten - exact).reshape(48, -1, 32).abs() <= step * (0.5 + 127 * 2.0**-11)).all()
