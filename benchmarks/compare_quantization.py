@@ -18,7 +18,7 @@ import statistics
 from compare_vllm import CpuMeter, _cores
 from frame.bench.driver import drive, warm_up
 from frame.config import build_config, parse_key_values
-from frame.engine.core import EngineCore
+from frame.engine.core.engine_core import EngineCore
 from frame.workloads import load_workloads
 from rich.console import Console
 from rich.table import Table

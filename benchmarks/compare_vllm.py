@@ -34,7 +34,7 @@ from typing import Any
 from frame.bench.driver import drive, warm_up
 from frame.bench.hf_export import export_folder
 from frame.config import build_config, parse_key_values
-from frame.engine.core import EngineCore
+from frame.engine.core.engine_core import EngineCore
 from frame.model_source import ModelSource
 from frame.workloads import load_workloads
 from rich.console import Console

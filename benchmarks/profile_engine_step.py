@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from frame.config import build_config
-from frame.engine.core import EngineCore
-from frame.engine.protocol import EngineRequest
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.wire.requests import EngineRequest
 from frame.sampling_params import SamplingParams
 
 

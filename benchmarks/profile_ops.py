@@ -11,8 +11,8 @@ import time
 import torch
 from frame.bench.driver import warm_up
 from frame.config import build_config
-from frame.engine.core import EngineCore
-from frame.engine.protocol import EngineRequest
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.wire.requests import EngineRequest
 from frame.workloads.batch import BATCH_WORKLOADS
 
 

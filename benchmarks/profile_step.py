@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from frame.bench.driver import drive, warm_up
 from frame.config import build_config
-from frame.engine.core import EngineCore
+from frame.engine.core.engine_core import EngineCore
 from frame.workloads.batch import BATCH_WORKLOADS
 from frame.workloads.sharing import SHARING_WORKLOADS
 

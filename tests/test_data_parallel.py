@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import pytest
 from frame.config import build_config
-from frame.engine.dp.client import DataParallelClient, sum_stats
-from frame.engine.dp.ranks import LoadTracker
-from frame.engine.mp import AsyncEngine, EngineClient, EngineDeadError
-from frame.engine.mp.messages import AddRequests, CoreLoad, Outputs, Ready, ToEngine
-from frame.engine.protocol import EngineOutput, EngineRequest, EngineStats
+from frame.engine.client import AsyncEngine, EngineClient, EngineDeadError
+from frame.engine.client.data_parallel import DataParallelClient, sum_stats
+from frame.engine.client.ranks import LoadTracker
+from frame.engine.wire.client_core import AddRequests, CoreLoad, Outputs, Ready, ToEngine
+from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats
 from frame.errors import ConfigError
 from frame.interfaces.router import RankLoad, Router, RouteRequest
 from frame.sampling_params import SamplingParams
@@ -227,7 +227,7 @@ def test_a_rank_past_the_size_is_refused_in_one_sentence() -> None:
 
 
 def test_cores_on_one_host_share_its_devices_and_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    from frame.engine.executor.rank import CORES_ON_NODE_ENV, placement_rank
+    from frame.engine.worker.rank import CORES_ON_NODE_ENV, placement_rank
 
     # Child processes: core d's tensor-parallel rank t is d * tp + t of dp * tp on the host.
     assert placement_rank(build_config(data_parallel_size=2, data_parallel_rank=1)) == (1, 2)

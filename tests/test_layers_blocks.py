@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from frame import hookimpl
-from frame.engine.attention_layers import create_layer_attention, family_specs
+from frame.engine.worker.attention_layers import create_layer_attention, family_specs
 from frame.errors import PluginUnavailableError, UnsupportedModelError
 from frame.interfaces.attention import AttentionBackend, AttentionSpec
 from frame.layers import (

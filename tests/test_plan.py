@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from frame.engine.plan import RequestSample, RunnerOutput, SchedulerOutput, decode_output, decode_plan, encode
-from frame.engine.protocol import EngineRequest, TokenLogprobs
+from frame.engine.wire.plan import RequestSample, RunnerOutput, SchedulerOutput, decode_output, decode_plan, encode
+from frame.engine.wire.requests import EngineRequest, TokenLogprobs
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.sampling_params import SamplingParams
 from frame.testing.scheduler import SchedulerHarness, cache_factory_for, make_prompt, scheduler_plugin_factory

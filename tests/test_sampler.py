@@ -1,10 +1,10 @@
-"""frame.engine.sampler.row_argmax: torch's argmax, answer for answer, on vocabulary-wide rows."""
+"""frame.engine.worker.sampler.row_argmax: torch's argmax, answer for answer, on vocabulary-wide rows."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from frame.engine.sampler import row_argmax
+from frame.engine.worker.sampler import row_argmax
 
 
 @pytest.mark.parametrize("width", [100, 4096, 49152, 50257])  # short rows, whole chunks, a ragged last chunk

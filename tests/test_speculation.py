@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from frame.engine.batch import PersistentBatch
-from frame.engine.plan import NewRequest
-from frame.engine.speculation import verify
+from frame.engine.wire.plan import NewRequest
+from frame.engine.worker.batch import PersistentBatch
+from frame.engine.worker.speculation import verify
 from frame.sampling_params import SamplingParams
 
 VOCAB = 5

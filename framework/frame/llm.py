@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import Progress
 
 from frame.config import build_config, load_yaml
-from frame.engine.core import EngineCore
-from frame.engine.output_processor import CompletionDelta, OutputProcessor
-from frame.engine.protocol import EngineStats
+from frame.engine.client.output_processor import CompletionDelta, OutputProcessor
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.wire.requests import EngineStats
 from frame.errors import FrameUsageError
 from frame.outputs import RequestOutput
 from frame.plugins.registry import PluginRegistry
 from frame.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from frame.engine.dp.sync import DataParallelEngine
+    from frame.engine.client.sync import DataParallelEngine
 
 PromptType = str | dict[str, Any]
 Message = dict[str, str]
@@ -39,7 +39,7 @@ class LLM:
                  registry: PluginRegistry | None = None, **engine_args: Any) -> None:
         self.config = build_config(load_yaml(config) if config else None, model=model, **engine_args)
         if self.config.data_parallel_size > 1:
-            from frame.engine.dp.sync import DataParallelEngine
+            from frame.engine.client.sync import DataParallelEngine
 
             self.engine: EngineCore | DataParallelEngine = DataParallelEngine(self.config)
         else:

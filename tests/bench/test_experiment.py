@@ -10,7 +10,7 @@ from pathlib import Path
 from frame.bench.driver import drive
 from frame.bench.shared_model import LoadedModels, SharedModelEngine
 from frame.config import build_config
-from frame.engine.core import EngineCore
+from frame.engine.core.engine_core import EngineCore
 from frame.workloads import load_workloads
 
 TINY = Path(__file__).with_name("tiny_experiment.yaml")

@@ -54,7 +54,7 @@ def test_data_parallel_mistakes_are_one_sentence_each() -> None:
 def test_data_parallel_option_mistakes_name_the_key() -> None:
     import pytest
     from frame.config import build_config
-    from frame.engine.dp import check_data_parallel
+    from frame.engine.client.dp import check_data_parallel
     from frame.errors import ConfigError
 
     config = build_config(data_parallel_size=2, router="prefix_affinity", router_options={"balance": 3})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from frame import LLM, SamplingParams
-from frame.engine.graphs import capture_sizes
+from frame.engine.worker.graphs import capture_sizes
 from frame_platform_cpu.platform import CpuPlatform
 
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 from frame import LLM, SamplingParams
-from frame.engine.executor import WorkerDiedError
-from frame.engine.protocol import EngineRequest
+from frame.engine.core.executor import WorkerDiedError
+from frame.engine.wire.requests import EngineRequest
 
 ray = pytest.importorskip("ray", reason="ray is the optional extra frame-engine[ray]")
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)

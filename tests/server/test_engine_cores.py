@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from frame.engine.mp.mp_client import cores_for_engine
+from frame.engine.client.mp import cores_for_engine
 
 
 @pytest.mark.parametrize(("host", "reserved", "expected"), [

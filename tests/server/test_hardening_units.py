@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from frame.config import build_config
-from frame.engine.mp import make_client
-from frame.engine.mp.loop import EngineLoop
-from frame.engine.mp.messages import AddRequests, Rejected
-from frame.engine.protocol import EngineRequest
+from frame.engine.client import make_client
+from frame.engine.core.loop import EngineLoop
+from frame.engine.wire.client_core import AddRequests, Rejected
+from frame.engine.wire.requests import EngineRequest
 from frame.errors import FrameUsageError, InvalidSamplingError
 from frame.sampling_params import SamplingParams
 from frame.server.errors import without_paths

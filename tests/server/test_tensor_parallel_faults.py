@@ -26,7 +26,7 @@ def worker_pids(engine_pid: int) -> dict[int, int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == engine_pid and b"frame.engine.executor.worker_proc" in argv:
+        if ppid == engine_pid and b"frame.engine.worker.proc" in argv:
             workers[int(argv[argv.index(b"--rank") + 1])] = int(entry.name)
     return workers
 

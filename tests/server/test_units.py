@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 from frame.config import build_config
-from frame.engine.mp import EngineDeadError, make_client
-from frame.engine.mp.messages import (
+from frame.engine.client import EngineDeadError, make_client
+from frame.engine.wire.client_core import (
     AbortRequests,
     AddRequests,
     Outputs,
@@ -19,7 +19,7 @@ from frame.engine.mp.messages import (
     decode_to_engine,
     encode,
 )
-from frame.engine.protocol import EngineOutput, EngineRequest, TokenLogprobs
+from frame.engine.wire.requests import EngineOutput, EngineRequest, TokenLogprobs
 from frame.errors import InvalidSamplingError, PromptTooLongError
 from frame.sampling_params import SamplingParams
 from frame.server.checks import check_cache_salt, check_length, check_model
@@ -51,7 +51,7 @@ def test_decoding_validates_sampling_params():
 
 @pytest.mark.parametrize(("n", "max_tokens"), [(0, 4), (5, 20), (16, 1), (30, None), (10, 6)])
 def test_check_length_matches_the_engine_core(n, max_tokens):
-    from frame.engine.core import EngineCore
+    from frame.engine.core.engine_core import EngineCore
 
     req = EngineRequest(request_id="r", prompt_token_ids=list(range(n)), arrival_time=0.0,
                         params=SamplingParams(max_tokens=max_tokens))

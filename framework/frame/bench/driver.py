@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from frame.bench.metrics import RequestTiming, summarize
-from frame.engine.core import EngineCore
-from frame.engine.dp.sync import DataParallelEngine
-from frame.engine.protocol import EngineRequest, EngineStats
+from frame.engine.client.sync import DataParallelEngine
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.wire.requests import EngineRequest, EngineStats
 from frame.workloads.base import WorkloadRequest, greedy
 
 #: What the driver steps: one engine core in this process, or data-parallel cores behind the same calls.

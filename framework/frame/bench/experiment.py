@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from frame.bench.driver import drive, warm_up
 from frame.bench.shared_model import LoadedModels, SharedModelEngine
 from frame.config import EngineConfig, build_config, config_error, load_yaml
-from frame.engine.core import EngineCore
-from frame.engine.dp.sync import DataParallelEngine
+from frame.engine.client.sync import DataParallelEngine
+from frame.engine.core.engine_core import EngineCore
 from frame.model_source import ModelSource
 from frame.workloads import WorkloadCatalog, load_workloads
 from frame.workloads.base import WorkloadRequest

@@ -79,7 +79,7 @@ def score(logits: torch.Tensor, chunk: Sequence[int]) -> tuple[float, int]:
 def frame_perplexity(config: EngineConfig, label: str, n_ctx: int, max_chunks: int | None = None) -> Perplexity:
     """Perplexity of the model ``config`` describes, run by a model worker as the engine runs it, over the first
     ``max_chunks`` chunks (default: all)."""
-    from frame.engine.worker import Worker
+    from frame.engine.worker.model_worker import Worker
     from frame.testing.attention import build_metadata
 
     worker = Worker(config, max_model_len=n_ctx)

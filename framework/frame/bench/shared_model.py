@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from frame.config import EngineConfig
-from frame.engine.core import EngineCore
-from frame.engine.executor import Executor
-from frame.engine.executor.inproc import InProcExecutor
-from frame.engine.worker import Worker
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.core.executor import Executor
+from frame.engine.core.executor.inproc import InProcExecutor
+from frame.engine.worker.model_worker import Worker
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM
 from frame.model_source import ModelSource

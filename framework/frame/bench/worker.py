@@ -47,7 +47,7 @@ def _progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
 def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[list[dict], list[list[int]], str]:
     from frame.bench.driver import drive, warm_up
     from frame.config import build_config
-    from frame.engine.core import EngineCore
+    from frame.engine.core.engine_core import EngineCore
 
     load = time.perf_counter()
     engine = EngineCore(build_config(spec["engine"]))

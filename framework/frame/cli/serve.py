@@ -9,7 +9,7 @@ import os
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.config import EngineConfig
-from frame.engine.mp import ENGINE_MODES
+from frame.engine.client import ENGINE_MODES
 from frame.errors import ConfigError
 
 #: Flags that must be at least 1 (the rest of the numeric server flags must be positive, or 0 for max-logprobs).
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
     _check_tool_parser(args.tool_parser)
-    from frame.engine.dp import check_data_parallel
+    from frame.engine.client.dp import check_data_parallel
 
     check_data_parallel(args.engine, config)
     http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,

@@ -1,6 +1,6 @@
 """Token bitmasks: int32 words, bit ``t % 32`` of word ``t // 32`` set when token ``t`` may come next.
 
-The engine core fills one row per sampled position of a constrained request (:mod:`frame.engine.structured`),
+The engine core fills one row per sampled position of a constrained request (:mod:`frame.engine.core.structured`),
 the rows travel packed in the step plan, and the runner turns every disallowed token's logit into -inf before it
 samples (and before it verifies drafts).
 """

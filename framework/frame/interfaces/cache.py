@@ -25,7 +25,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from frame.engine.plan import BlockCopy
+from frame.engine.wire.plan import BlockCopy
 
 __all__ = [
     "NO_CLAIM",

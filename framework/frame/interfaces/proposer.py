@@ -46,8 +46,9 @@ class Proposal:
 class ProposerContext:
     """What the engine tells a proposer when it is created.
 
-    ``load_draft_model(model)`` builds a :class:`~frame.drafting.DraftModel` (a model with its own paged KV) from
-    a checkpoint path on this worker's platform and dtype; ``world_size`` is the tensor-parallel size.
+    ``load_draft_model(model)`` builds a :class:`~frame.engine.worker.drafting.DraftModel`
+    (a model with its own paged KV) from a checkpoint path on this worker's platform and dtype; ``world_size`` is
+    the tensor-parallel size.
     """
 
     vocab_size: int

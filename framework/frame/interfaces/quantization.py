@@ -135,7 +135,7 @@ class QuantizationMethod(ABC):
        :class:`PackedWeight` (the model family hands them to its layers as it does tensors); None to read it
        with the core's dense readers.
     3. :meth:`calibration_text`, after every tensor is loaded: a method that returns text has the dense model run
-       over it once (:mod:`frame.engine.calibration`), and each linear layer's largest ``|x|`` per input feature
+       over it once (:mod:`frame.engine.worker.calibration`), and each linear layer's largest ``|x|`` per input feature
        is recorded.
     4. :meth:`quantize` once per linear layer whose weight arrived dense, with those maxima as ``input_absmax``
        when the method asked for them.

@@ -1,6 +1,6 @@
 """SchedulingPolicy: what a scheduler plugin decides; the engine owns the mechanism around it.
 
-Each step the engine's scheduler (``frame.engine.scheduler``) runs vLLM-style continuous batching: running
+Each step the engine's scheduler (``frame.engine.core.scheduler``) runs vLLM-style continuous batching: running
 requests first (decodes and unfinished prefill chunks), then waiting ones, under a token budget and a running
 limit, chunking long prompts and preempting (free the blocks, recompute later) when the KV pool runs dry. It
 advances progress, applies stop rules and frees blocks after the step. A scheduler plugin supplies only the

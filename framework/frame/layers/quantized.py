@@ -80,7 +80,8 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None,
                    input_absmax: dict[str, torch.Tensor] | None = None) -> int:
     """After ``model.load_weights``: join packed rows, quantize dense linear weights with ``method``, and free the
     dense storage that only linears would read. Returns how many weights are packed. ``input_absmax`` (module path
-    to its largest ``|x|`` per input feature, :mod:`frame.engine.calibration`) goes to a method that calibrates."""
+    to its largest ``|x|`` per input feature, :mod:`frame.engine.worker.calibration`) goes to a method that
+    calibrates."""
     users: dict[int, list[tuple[str, nn.Module]]] = {}
     weights: dict[int, nn.Parameter] = {}
     for path, module in model.named_modules():

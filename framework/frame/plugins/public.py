@@ -10,7 +10,6 @@ from __future__ import annotations
 PUBLIC_MODULES: tuple[str, ...] = (
     "frame",                  # hookimpl, API_VERSION, SamplingParams, the result types, the usage errors
     "frame.config",           # EngineConfig, for lifecycle hooks that receive it
-    "frame.drafting",         # DraftModel: a draft model with its own KV, for speculative-decoding proposers
     "frame.errors",           # the usage errors a plugin raises for mistakes a user can fix
     "frame.hookspecs",        # hookimpl and the hook contracts
     "frame.interfaces",       # the abstract base of every kind and its result types

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from frame.config import EngineConfig
-from frame.engine.mp import AsyncEngine, EngineClient, make_client
+from frame.engine.client import AsyncEngine, EngineClient, make_client
 from frame.model_source import ModelSource
 from frame.server import chat, completions, routes
 from frame.server.auth import ApiKeyMiddleware

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from frame.engine.mp import EngineDeadError
+from frame.engine.client import EngineDeadError
 from frame.errors import FrameUsageError
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

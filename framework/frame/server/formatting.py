@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from frame.engine.mp import EngineDeadError
+from frame.engine.client import EngineDeadError
 from frame.errors import FrameUsageError
 from frame.outputs import PositionLogprobs, RequestOutput
 from frame.server.errors import dead_engine_body, error_body, usage_error_body

@@ -16,8 +16,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from frame.engine.mp import StreamItem
-from frame.engine.output_processor import CompletionDelta
+from frame.engine.client import StreamItem
+from frame.engine.client.output_processor import CompletionDelta
 from frame.outputs import RequestOutput
 from frame.sampling_params import SamplingParams
 from frame.server.errors import ServerError

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from frame.engine.mp import EngineDeadError
+from frame.engine.client import EngineDeadError
 from frame.errors import FrameUsageError
 from frame.server.checks import check_model, check_token_ids
 from frame.server.deps import get_state

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frame.config import resolve_plugin_options
-from frame.engine.mp import AsyncEngine, EngineClient
-from frame.engine.mp.messages import Ready
+from frame.engine.client import AsyncEngine, EngineClient
+from frame.engine.wire.client_core import Ready
 from frame.interfaces.tool_parser import ToolParser
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry

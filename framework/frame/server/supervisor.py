@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from frame.engine.dp.client import DataParallelClient
-from frame.engine.mp import AsyncEngine, EngineClient, EngineDeadError
+from frame.engine.client import AsyncEngine, EngineClient, EngineDeadError
+from frame.engine.client.data_parallel import DataParallelClient
 
 log = logging.getLogger("frame.server")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
 
-from frame.engine.plan import RequestSample, RunnerOutput, SchedulerOutput
+from frame.engine.wire.plan import RequestSample, RunnerOutput, SchedulerOutput
 from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixMatch
 
 

@@ -28,7 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from frame.engine.attention_layers import create_layer_attention, family_specs
+from frame.engine.worker.attention_layers import create_layer_attention, family_specs
 from frame.errors import UnsupportedModelError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM, WeightSource

@@ -104,12 +104,12 @@ class ProposerConformance:
 
 
 def draft_model_context(max_model_len: int = 512, **engine: object) -> ProposerContext:
-    """A context whose ``load_draft_model`` builds real :class:`~frame.drafting.DraftModel` objects on this
-    machine's platform (float32 and the default attention backend unless ``engine`` says otherwise). A checkpoint
+    """A context whose ``load_draft_model`` builds real :class:`~frame.engine.worker.drafting.DraftModel` objects on
+    this machine's platform (float32 and the default attention backend unless ``engine`` says otherwise). A checkpoint
     is loaded once; every later call returns the same model, reset to the pool size asked for."""
     from frame.config import build_config
-    from frame.drafting import DraftModel
     from frame.engine.selection import select
+    from frame.engine.worker.drafting import DraftModel
     from frame.model_source import ModelSource
     from frame.plugins.hooks import PluginHooks
     from frame.plugins.registry import PluginRegistry

@@ -128,7 +128,7 @@ class QuantizationConformance:
     def _calibrate(model: torch.nn.Module, attention: object, method: QuantizationMethod | None,
                    source: object) -> dict[str, torch.Tensor] | None:
         """What a worker does between loading and quantizing: the method's calibration pass, if it asks for one."""
-        from frame.engine.calibration import input_absmax, token_chunks
+        from frame.engine.worker.calibration import input_absmax, token_chunks
 
         text = method.calibration_text() if method is not None else None
         if text is None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from frame.engine.plan import RunnerOutput, SchedulerOutput
-from frame.engine.scheduler import Scheduler
+from frame.engine.core.scheduler import Scheduler
+from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.sampling_params import SamplingParams

@@ -35,7 +35,8 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class DraftProposer(Proposer):
-    """Drafts with a :class:`frame.drafting.DraftModel`; ``inputs[req]`` are the tokens whose KV it holds."""
+    """Drafts with a :class:`~frame.engine.worker.drafting.DraftModel` (from the context's ``load_draft_model``);
+    ``inputs[req]`` are the tokens whose KV it holds."""
 
     def __init__(self, num_speculative_tokens: int, draft: Any) -> None:
         super().__init__(num_speculative_tokens)

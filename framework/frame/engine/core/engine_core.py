@@ -1,0 +1,284 @@
+"""EngineCore: the loop. ``step()`` = schedule (a plan, as data), execute it on the workers, update.
+
+Built from an EngineConfig through the plugin registry: the plugin choices are resolved first (so a backend that
+cannot run here fails before the model loads), then the executor starts the model workers (in this process, or
+one process or Ray actor per tensor-parallel rank), which build the network and load weights; the pool is sized
+from what every rank can hold, and the cache strategy and the scheduling policy are created over it. Clients
+(offline ``LLM``, the API server, in this process or another) talk to it with protocol messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import weakref
+
+import msgspec
+
+from frame.config import EngineConfig, resolve_plugin_options
+from frame.engine.core.executor import Executor
+from frame.engine.core.executor.factory import make_executor
+from frame.engine.core.scheduler import Scheduler
+from frame.engine.core.structured import StructuredOutputManager
+from frame.engine.selection import Selection, select
+from frame.engine.wire.plan import RequestSample, RunnerOutput, RunningRequest, SchedulerOutput
+from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats
+from frame.engine.worker.model_worker import head_counts
+from frame.errors import ConfigError, PromptTooLongError
+from frame.interfaces.grammar import GrammarBackend
+from frame.interfaces.scheduler import SchedulerLimits
+from frame.model_source import ModelSource
+from frame.parallel import HeadPartition
+from frame.plugins.hooks import PluginHooks
+from frame.plugins.registry import PluginRegistry
+from frame.sampling_params import check_speculative_tokens
+from frame.sequence import Sequence, SequenceStatus
+
+log = logging.getLogger("frame.engine")
+
+
+def check_request(req: EngineRequest, max_model_len: int, max_speculative_tokens: int) -> None:
+    """Raise a usage error for a request that could never run on an engine of this context length."""
+    n = len(req.prompt_token_ids)
+    if n == 0:
+        raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
+    check_speculative_tokens(req.params.num_speculative_tokens, max_speculative_tokens)
+    max_tokens = req.params.max_tokens or 1
+    if n + max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
+            f"and max_tokens asks for {max_tokens} more; shorten the prompt or lower max_tokens.",
+            param="max_tokens" if n < max_model_len else "prompt",
+        )
+
+
+class EngineCore:
+    """One model (on one or more ranks), one KV pool, one scheduler; single-threaded."""
+
+    def __init__(self, config: EngineConfig, registry: PluginRegistry | None = None,
+                 source: ModelSource | None = None) -> None:
+        self.config = config
+        self.registry = registry or PluginRegistry()
+        self.hooks = PluginHooks(self.registry)
+        self.selection: Selection = select(config, self.hooks)
+        self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+        self.max_model_len = min(config.max_model_len or self.source.max_position_embeddings,
+                                 self.source.max_position_embeddings)
+        self.eos_token_ids = self.source.eos_token_ids
+        self._check_tensor_parallel()
+        self.executor = self._make_executor()
+        # Worker processes must not outlive an engine that is dropped without shutdown() (a script's LLM).
+        weakref.finalize(self, self.executor.shutdown)
+        try:
+            self.num_blocks = self._pool_size()
+            self.executor.allocate_kv(self.num_blocks)
+        except BaseException:
+            self.executor.shutdown()
+            raise
+        self.cache = self.hooks.create_cache(self.selection.cache, self.num_blocks, config.block_size,
+                                             self.selection.options["cache"])
+        self.limits = SchedulerLimits(
+            max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
+        )
+        policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
+        self.scheduler = Scheduler(self.limits, self.cache, policy)
+        self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size))
+        self._seqs: dict[str, Sequence] = {}
+        self._stats = EngineStats(num_blocks=self.num_blocks)
+        self.hooks.engine_started(config)
+
+    def _check_tensor_parallel(self) -> None:
+        """Refuse, before any worker starts, a tensor-parallel size this model's heads cannot be split over."""
+        if self.config.tensor_parallel_size == 1:
+            return
+        num_heads, num_kv_heads, _ = head_counts(self.source.hf_config)
+        try:
+            HeadPartition.of(num_heads, num_kv_heads, self.config.tensor_parallel_size, 0)
+        except ValueError as err:
+            raise ConfigError(f"{err}.", param="tensor_parallel_size") from None
+
+    def _grammar_backend(self) -> GrammarBackend:
+        """The grammar backend plugin, loaded the first time a request needs one."""
+        name = self.config.grammar_backend
+        self.registry.load("grammar", name)
+        options = resolve_plugin_options("grammar", name, self.config.grammar_options,
+                                         self.hooks.options_model("grammar", name))
+        return self.hooks.create_grammar_backend(name, self.source.tokenizer, int(self.source.hf_config.vocab_size),
+                                                 sorted(self.eos_token_ids), options)
+
+    def _make_executor(self) -> Executor:
+        if self.config.tensor_parallel_size == 1 and self.config.data_parallel_size > 1:
+            from frame.engine.worker.rank import placement_rank
+
+            rank, world = placement_rank(self.config)
+            if world > 1:  # one of several cores on this host: its device, or its share of the CPU cores
+                self.selection.platform.for_rank(rank, world)
+        return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
+
+    def _pool_size(self) -> int:
+        needed = math.ceil(self.max_model_len / self.config.block_size)
+        if self.config.num_kv_blocks is not None:
+            blocks = self.config.num_kv_blocks
+        else:
+            blocks = self.executor.available_kv_blocks()
+            # More blocks than every running sequence at full length could use only costs memory.
+            blocks = min(blocks, needed * self.config.max_num_seqs)
+        if blocks < needed:
+            raise ConfigError(
+                f"The KV pool holds {blocks} blocks of {self.config.block_size} tokens, fewer than one sequence of "
+                f"max_model_len {self.max_model_len} needs ({needed}); raise num_kv_blocks or lower max_model_len.",
+                param="num_kv_blocks",
+            )
+        return int(blocks)
+
+    @property
+    def max_speculative_tokens(self) -> int:
+        """How many tokens a request may ask to have drafted per step (0 without a proposer)."""
+        return self.config.num_speculative_tokens if self.config.speculative_proposer else 0
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def check_request(self, req: EngineRequest) -> None:
+        """Raise a usage error for a request that could never run (too long for the model)."""
+        check_request(req, self.max_model_len, self.max_speculative_tokens)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix (benchmarks start each run cold); False while requests hold blocks."""
+        done = self.cache.reset()
+        self._stats.prefix_cache_resets += int(done)
+        return done
+
+    def add_request(self, req: EngineRequest) -> None:
+        self.check_request(req)
+        if req.request_id in self._seqs:
+            raise ValueError(f"request id {req.request_id} is already running")
+        if req.params.structured_outputs is not None:
+            self.structured.add(req.request_id, req.params.structured_outputs)  # a bad constraint raises here
+        seq = Sequence(
+            seq_id=req.request_id, prompt_token_ids=list(req.prompt_token_ids), params=req.params,
+            arrival_time=req.arrival_time, priority=req.priority, cache_salt=req.cache_salt,
+            eos_token_ids=self.eos_token_ids,
+        )
+        self._seqs[seq.seq_id] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, request_ids: list[str]) -> list[EngineOutput]:
+        """Abort requests wherever they are; their blocks return to the pool. Unknown ids are ignored."""
+        outputs = []
+        for rid in request_ids:
+            seq = self.scheduler.abort(rid)
+            if seq is not None:
+                outputs.append(self._finish(seq, None, 0))
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_requests(self) -> int:
+        """Requests the core holds, running or waiting."""
+        return len(self._seqs)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for the requests the core holds: prompt (and recomputed) tokens not yet in the
+        KV cache, plus the output tokens each may still produce (to ``max_tokens``, else to the context's end).
+        What a data-parallel router weighs cores by."""
+        total = 0
+        for seq in self._seqs.values():
+            limit = seq.params.max_tokens or self.max_model_len - seq.num_prompt_tokens
+            total += seq.num_uncomputed_tokens + max(0, limit - seq.num_output_tokens)
+        return total
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def step(self) -> list[EngineOutput]:
+        """Run one step and return the new tokens of every request that produced any, and of finished ones."""
+        plan = self._with_grammar(self.scheduler.schedule())
+        if plan.is_empty:
+            return []
+        result = self.executor.execute(plan)
+        outcome = self.scheduler.update(plan, result)
+        completed = self._follow_grammars(result, outcome.finished)
+        stats = self._stats
+        stats.steps += 1
+        stats.spec_draft_tokens += outcome.num_draft_tokens
+        stats.spec_accepted_tokens += outcome.num_accepted_tokens
+        stats.spec_verifications += sum(1 for r in plan.running if r.spec_token_ids)
+        stats.comm_seconds += result.comm_seconds
+        stats.prompt_tokens_computed += plan.num_prompt_tokens
+        finished = {s.seq_id for s in outcome.finished} | completed
+        outputs = []
+        for sample in result.samples:
+            count = outcome.appended.get(sample.req_id, 0)
+            if not count:
+                continue
+            stats.generation_tokens += count
+            seq = self._seqs[sample.req_id]
+            if sample.req_id in finished:
+                outputs.append(self._finish(seq, sample, count))
+            else:
+                outputs.append(self._output(seq, sample, count))
+        return outputs
+
+    def _with_grammar(self, plan: SchedulerOutput) -> SchedulerOutput:
+        """The plan with the structured-output masks of the constrained requests that sample in it."""
+        if not self.structured.active:
+            return plan
+        sampling: list[tuple[str, list[int]]] = []
+        for req in (*plan.new_requests, *plan.running):
+            seq = self._seqs[req.req_id]
+            drafts = req.spec_token_ids if isinstance(req, RunningRequest) else []
+            if seq.num_computed_tokens + req.num_new_tokens == seq.num_tokens + len(drafts):
+                sampling.append((req.req_id, drafts))
+        ids, _, rows = self.structured.masks(sampling)
+        return msgspec.structs.replace(plan, grammar_ids=ids, grammar_bitmask=rows.astype("<i4").tobytes())
+
+    def _follow_grammars(self, result: RunnerOutput, finished: list[Sequence]) -> set[str]:
+        """Advance the matchers over the emitted tokens; end requests whose grammar completed (a constrained
+        request ignoring EOS still stops there) and keep only drafts the grammar allows. Returns the ids ended."""
+        if not self.structured.active:
+            return set()
+        done = {s.seq_id for s in finished}
+        completed = set()
+        for sample in result.samples:
+            seq = self._seqs.get(sample.req_id)
+            if seq is None or sample.req_id not in self.structured:
+                continue
+            if self.structured.accept(sample.req_id, sample.token_ids) and sample.req_id not in done:
+                self.scheduler.finish(sample.req_id, SequenceStatus.FINISHED_STOPPED)
+                completed.add(sample.req_id)
+            elif seq.spec_token_ids:
+                seq.spec_token_ids = self.structured.valid_drafts(sample.req_id, seq.spec_token_ids)
+        return completed
+
+    def _output(self, seq: Sequence, sample: RequestSample | None, count: int,
+                finish: str | None = None) -> EngineOutput:
+        tokens = sample.token_ids[:count] if sample is not None else []
+        logprobs = None
+        if seq.params.logprobs is not None:
+            logprobs = list(sample.logprobs[:count]) if sample is not None and sample.logprobs else []
+        return EngineOutput(
+            request_id=seq.seq_id, new_token_ids=list(tokens), new_logprobs=logprobs,
+            finish_reason=finish, stop_reason=seq.stop_reason if isinstance(seq.stop_reason, int) else None,
+            num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
+        )
+
+    def _finish(self, seq: Sequence, sample: RequestSample | None, count: int) -> EngineOutput:
+        self._seqs.pop(seq.seq_id, None)
+        self.structured.forget(seq.seq_id)
+        reason = seq.status.value
+        self.hooks.request_finished(seq.seq_id, seq.num_prompt_tokens, seq.num_output_tokens,
+                                    seq.num_cached_tokens, reason)
+        return self._output(seq, sample, count, finish=reason)
+
+    def stats(self) -> EngineStats:
+        s, c = self._stats, self.cache.stats
+        s.num_running, s.num_waiting = self.scheduler.num_running, self.scheduler.num_waiting
+        s.kv_usage, s.blocks_in_use, s.peak_blocks_in_use = c.usage, c.blocks_in_use, c.peak_blocks_in_use
+        s.prefix_queries, s.prefix_query_tokens, s.prefix_hit_tokens = c.queries, c.query_tokens, c.hit_tokens
+        s.evictions = c.evictions
+        s.preemptions = self.scheduler.num_preemptions
+        return s
+
+    def shutdown(self) -> None:
+        """Stop the model workers (worker processes or actors); the core cannot step afterwards."""
+        self.executor.shutdown()

@@ -1,0 +1,130 @@
+"""EngineLoop: the busy loop around an EngineCore, shared by the child process and the in-process thread.
+
+It steps the core while it has work and blocks on its input when idle. Messages arrive through ``recv`` and
+answers leave through ``send``; the transport (ZeroMQ sockets or thread-safe queues) is the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+from collections.abc import Callable
+from typing import TypeVar
+
+from frame.config import EngineConfig
+from frame.engine.core.engine_core import EngineCore
+from frame.engine.wire.client_core import (
+    AbortRequests,
+    AddRequests,
+    CoreLoad,
+    FromEngine,
+    GetStats,
+    Outputs,
+    Ready,
+    Rejected,
+    ResetPrefixCache,
+    Shutdown,
+    StatsReply,
+    ToEngine,
+)
+from frame.errors import FrameUsageError
+
+log = logging.getLogger("frame.engine.loop")
+
+#: How long an idle loop blocks on its input before looking around again (seconds).
+IDLE_WAIT_S = 1.0
+
+T = TypeVar("T")
+
+
+def ready_message(core: EngineCore, pid: int) -> Ready:
+    """What the client needs to know about a freshly built core."""
+    return Ready(pid=pid, max_model_len=core.max_model_len, vocab_size=int(core.source.hf_config.vocab_size),
+                 num_blocks=core.num_blocks, model_name=core.source.name,
+                 max_speculative_tokens=core.max_speculative_tokens)
+
+
+def drain(inbox: queue.SimpleQueue[T], timeout_s: float) -> list[T]:
+    """Everything waiting in ``inbox``, after waiting up to ``timeout_s`` for a first item (maybe nothing)."""
+    items: list[T] = []
+    try:
+        items.append(inbox.get(timeout=timeout_s) if timeout_s > 0 else inbox.get_nowait())
+        while True:
+            items.append(inbox.get_nowait())
+    except queue.Empty:
+        pass
+    return items
+
+
+def serve_core(config: EngineConfig, send: Callable[[FromEngine], None],
+               recv: Callable[[float], list[ToEngine]]) -> None:
+    """Build an EngineCore from ``config``, send its :class:`Ready`, and run its loop until a Shutdown message;
+    what building or the loop raises is the caller's to report (a thread, a child process, a Ray actor)."""
+    core = EngineCore(config)
+    send(ready_message(core, os.getpid()))
+    EngineLoop(core, send).run(recv)
+
+
+class EngineLoop:
+    """Runs one EngineCore: applies client messages between steps and sends every step's outputs, each with the
+    core's load (a data-parallel router weighs cores by it)."""
+
+    def __init__(self, core: EngineCore, send: Callable[[FromEngine], None]) -> None:
+        self.core = core
+        self.send = send
+        self.received = 0
+
+    def load(self) -> CoreLoad:
+        return CoreLoad(self.received, self.core.num_requests, self.core.outstanding_tokens())
+
+    def handle(self, msg: ToEngine) -> bool:
+        """Apply one message; False means shut down."""
+        if isinstance(msg, AddRequests):
+            self.received += len(msg.requests)
+            for req in msg.requests:
+                try:
+                    self.core.add_request(req)
+                except FrameUsageError as err:
+                    self.send(Rejected(req.request_id, err.message, err.status, err.code, err.param))
+                except ValueError as err:
+                    self.send(Rejected(req.request_id, str(err)))
+                except Exception:  # one request the core cannot take must not end the loop for every other
+                    log.exception("the engine could not add request %s", req.request_id)
+                    self.send(Rejected(req.request_id, "The engine could not add this request.", 500,
+                                       "internal_error"))
+        elif isinstance(msg, AbortRequests):
+            outputs = self.core.abort(msg.request_ids)
+            if outputs:
+                self.send(Outputs(outputs, self.load()))
+        elif isinstance(msg, GetStats):
+            self.send(StatsReply(msg.call_id, self.core.stats()))
+        elif isinstance(msg, ResetPrefixCache):
+            if not self.core.reset_prefix_cache():
+                log.warning("the prefix cache was not reset: requests still hold blocks")
+        elif isinstance(msg, Shutdown):
+            return False
+        return True
+
+    def run(self, recv: Callable[[float], list[ToEngine]]) -> None:
+        """Loop until a Shutdown message. ``recv(timeout)`` returns the messages waiting (maybe none). The core's
+        model workers are stopped when the loop ends, however it ends (a dead worker raises out of a step)."""
+        try:
+            self._run(recv)
+        finally:
+            self.core.shutdown()
+
+    def _run(self, recv: Callable[[float], list[ToEngine]]) -> None:
+        while True:
+            busy = self.core.has_unfinished()
+            msgs = recv(0.0 if busy else IDLE_WAIT_S)
+            for msg in msgs:
+                if not self.handle(msg):
+                    log.info("engine loop shutting down")
+                    return
+            if any(isinstance(msg, AddRequests) for msg in msgs):
+                self.send(Outputs([], self.load()))
+            if self.core.has_unfinished():
+                outputs = self.core.step()
+                if outputs:
+                    self.send(Outputs(outputs, self.load()))

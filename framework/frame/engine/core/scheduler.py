@@ -1,0 +1,316 @@
+"""Scheduler: vLLM-style continuous batching, owned by the engine; a policy plugin makes the choices.
+
+Each step: running requests first (decodes and unfinished prefill chunks), then waiting ones in the policy's
+admission order, under a token budget and a running limit; a prompt longer than the remaining budget is
+prefilled in chunks; when the pool runs dry, the policy's victim loses its blocks and is recomputed later. The
+step goes out as a :class:`~frame.engine.wire.plan.SchedulerOutput` (data only); :meth:`Scheduler.update` then
+advances progress, publishes KV to the cache, appends the sampled tokens, applies the stop rules and frees
+the blocks of finished requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from frame.engine.core.stopping import stop_status
+from frame.engine.wire.plan import NewRequest, RunnerOutput, RunningRequest, SchedulerOutput
+from frame.interfaces.cache import BlockCopy, KVCacheStrategy
+from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
+from frame.sequence import Sequence, SequenceStatus
+
+
+def common_prefix_length(a: list[int], b: list[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, up to ``limit`` (binary search over C-speed slice compares)."""
+    low, high = 0, min(limit, len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while low < high:  # a[:low] == b[:low], and the answer lies in [low, high]
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+@dataclass
+class _Step:
+    """A step being planned: the requests it computes, in batch order, and what happened to make room."""
+
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    spec: dict[str, list[int]] = field(default_factory=dict)  # drafts verified this step, by request
+    copies: list[BlockCopy] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    budget: int = 0
+
+    def drop(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the step (it was preempted) and give its tokens back to the budget."""
+        for item in self.scheduled:
+            if item[0] is seq:
+                self.scheduled.remove(item)
+                self.budget += item[1]
+                return
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What :meth:`Scheduler.update` did: tokens appended per request (fewer than sampled when a stop cut them),
+    the requests that finished, and the drafts verified and kept in the step."""
+
+    appended: dict[str, int]
+    finished: list[Sequence]
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+
+class Scheduler:
+    """Queues, budget, chunking, preemption, stop rules and freeing, around a plugin's policy.
+
+    Single-threaded: the engine core calls :meth:`add` and :meth:`abort` between steps, and
+    :meth:`schedule` then :meth:`update` once per step.
+    """
+
+    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy, policy: SchedulingPolicy) -> None:
+        self.limits = limits
+        self.cache = cache
+        self.policy = policy
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+        self._live: dict[str, Sequence] = {}
+        # Block ids the runner holds per request it has seen; a preempted request stays here (its tokens are
+        # kept by the runner) and is resumed with a whole new table.
+        self._runner_blocks: dict[str, int] = {}
+        self._resumed: set[str] = set()
+        self._ended: list[str] = []
+        self._step = 0
+
+    # -- PrefixLookup, for the policy ---------------------------------------------------------------------
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        return self.cache.match(seq).num_tokens
+
+    # -- queues -------------------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        if seq.finished:
+            raise ValueError(f"sequence {seq.seq_id} is already finished ({seq.status.value}); add a new one")
+        if seq.seq_id in self._live:
+            raise ValueError(f"sequence {seq.seq_id} is already queued")
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+        self._live[seq.seq_id] = seq
+
+    def abort(self, seq_id: str) -> Sequence | None:
+        """Remove a request wherever it is, free its blocks, mark it FINISHED_ABORTED; None if unknown."""
+        return self.finish(seq_id, SequenceStatus.FINISHED_ABORTED)
+
+    def finish(self, seq_id: str, status: SequenceStatus) -> Sequence | None:
+        """End a request wherever it is with ``status`` (an abort, or a stop the engine decided: a completed
+        grammar), freeing its blocks; None if unknown."""
+        seq = self._live.get(seq_id)
+        if seq is None:
+            return None
+        (self.running if seq in self.running else self.waiting).remove(seq)
+        self._end(seq, status)
+        return seq
+
+    def _end(self, seq: Sequence, status: SequenceStatus, reason: int | str | None = None) -> None:
+        self.cache.free(seq)
+        seq.finish(status, reason)
+        del self._live[seq.seq_id]
+        self._resumed.discard(seq.seq_id)
+        if self._runner_blocks.pop(seq.seq_id, None) is not None:
+            self._ended.append(seq.seq_id)
+
+    # -- one step -----------------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        """Decide the next step; allocates blocks through the cache strategy and may preempt."""
+        step = _Step(budget=self.limits.max_num_batched_tokens)
+        self._schedule_running(step)
+        if not step.preempted:
+            self._admit(step)
+        return self._plan(step)
+
+    def _schedule_running(self, step: _Step) -> None:
+        index = 0
+        while index < len(self.running) and step.budget > 0:
+            seq = self.running[index]
+            # Drafts ride as lookahead slots after a decode's token, as many as the budget leaves room for.
+            spec = seq.spec_token_ids[: step.budget - 1] if seq.num_uncomputed_tokens == 1 else []
+            num_new = min(seq.num_uncomputed_tokens + len(spec), step.budget)
+            if not self.limits.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
+                index += 1
+                continue
+            while self.cache.allocate(seq, num_new) is None:
+                victim = self.policy.preemption_victim(self.running)
+                self._preempt(victim, step)
+                if victim is seq:
+                    break
+            else:
+                step.scheduled.append((seq, num_new))
+                step.budget -= num_new
+                if spec:
+                    step.spec[seq.seq_id] = spec
+            # Preempting an earlier request shifts the list; re-find where this one stands.
+            if seq in self.running:
+                index = self.running.index(seq) + 1
+
+    def _admit(self, step: _Step) -> None:
+        admitted: set[str] = set()
+        for seq in self.policy.admission_order(self.waiting, self):
+            if step.budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
+                break
+            match = self.cache.match(seq)
+            if self._waits_for_shared_prefill(seq, match.num_tokens, step):
+                continue
+            remaining = seq.num_tokens - match.num_tokens
+            num_new = min(remaining, step.budget)
+            if not self.limits.enable_chunked_prefill and num_new < remaining:
+                continue
+            allocation = self.cache.allocate(seq, num_new, match)
+            if allocation is None:
+                break
+            seq.num_computed_tokens += allocation.num_cached_tokens
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = allocation.num_cached_tokens
+            step.copies.extend(allocation.copies)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            admitted.add(seq.seq_id)
+            step.scheduled.append((seq, num_new))
+            step.budget -= num_new
+        if admitted:
+            self.waiting = [s for s in self.waiting if s.seq_id not in admitted]
+
+    def _waits_for_shared_prefill(self, seq: Sequence, num_cached: int, step: _Step) -> bool:
+        """True when ``seq`` should sit this step out because a prefill in ``step`` writes at least half of its
+        remaining tokens, whole blocks of them, which the cache can hand to ``seq`` next step. Without this, 64
+        requests behind one 1,000-token system prompt compute that prompt once per request that fits the first
+        step's token budget."""
+        if not (self.cache.reuses_prefixes and self.policy.share_prefills_in_batch):
+            return False
+        block = self.cache.block_size
+        remaining = seq.num_tokens - num_cached
+        for other, num_new in step.scheduled:
+            if not other.is_prefilling or other.extra_keys != seq.extra_keys:
+                continue
+            written = min(other.num_computed_tokens + num_new, seq.num_tokens - 1)
+            gain = common_prefix_length(seq.token_ids, other.token_ids, written) // block * block - num_cached
+            if gain >= block and 2 * gain >= remaining:
+                return True
+        return False
+
+    def _preempt(self, victim: Sequence, step: _Step) -> None:
+        self.running.remove(victim)
+        self.cache.free(victim)
+        victim.reset_for_recompute()
+        self.waiting.insert(0, victim)
+        step.preempted.append(victim)
+        step.drop(victim)
+        self.num_preemptions += 1
+        if victim.seq_id in self._runner_blocks:
+            self._resumed.add(victim.seq_id)
+
+    def _plan(self, step: _Step) -> SchedulerOutput:
+        new: list[NewRequest] = []
+        running: list[RunningRequest] = []
+        prompt_tokens = 0
+        for seq, num_new in step.scheduled:
+            if seq.is_prefilling:
+                prompt_tokens += min(num_new, seq.num_prompt_tokens - seq.num_computed_tokens)
+            table = self.cache.block_table(seq.seq_id)
+            held = self._runner_blocks.get(seq.seq_id)
+            if held is None:
+                new.append(NewRequest(
+                    req_id=seq.seq_id, prompt_token_ids=list(seq.prompt_token_ids),
+                    output_token_ids=list(seq.output_token_ids), params=seq.params, block_ids=list(table),
+                    num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new,
+                    eos_token_ids=sorted(seq.eos_token_ids),
+                ))
+            else:
+                resumed = seq.seq_id in self._resumed
+                self._resumed.discard(seq.seq_id)
+                running.append(RunningRequest(
+                    req_id=seq.seq_id, new_block_ids=list(table if resumed else table[held:]),
+                    num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new, resumed=resumed,
+                    spec_token_ids=step.spec.get(seq.seq_id, []),
+                ))
+            self._runner_blocks[seq.seq_id] = len(table)
+        ended, self._ended = self._ended, []
+        self._step += 1
+        return SchedulerOutput(
+            step=self._step, num_prompt_tokens=prompt_tokens, new_requests=new, running=running,
+            block_copies=step.copies,
+            preempted_ids=[s.seq_id for s in step.preempted], finished_ids=ended,
+        )
+
+    # -- after the step -----------------------------------------------------------------------------------
+    def update(self, plan: SchedulerOutput, output: RunnerOutput) -> StepOutcome:
+        """Account for a finished step: sampled tokens, stop rules, progress, KV publication, freeing, drafts."""
+        samples = {s.req_id: s for s in output.samples}
+        appended: dict[str, int] = {}
+        finished: list[Sequence] = []
+        drafted = accepted = 0
+        for req in (*plan.new_requests, *plan.running):
+            seq = self._live.get(req.req_id)
+            if seq is None:  # aborted between schedule() and update()
+                continue
+            spec = req.spec_token_ids if isinstance(req, RunningRequest) else []
+            seq.spec_token_ids = []
+            if seq.num_computed_tokens + req.num_new_tokens != seq.num_tokens + len(spec):
+                # A prefill chunk short of the prompt's end: nothing was sampled.
+                seq.num_computed_tokens += req.num_new_tokens
+                self.cache.commit(seq)
+                continue
+            sample = samples.get(req.req_id)
+            if sample is None:
+                raise ValueError(f"the step sampled request {req.req_id} but no result was reported for it")
+            kept = len(sample.token_ids) - 1  # drafts the target agreed with
+            drafted, accepted = drafted + len(spec), accepted + kept
+            count, stop = self._append(seq, sample.token_ids)
+            appended[req.req_id] = count
+            # KV is valid for the last real token and the kept drafts (the rejected drafts' slots are rewritten
+            # later), and never for more tokens than a stop left in the sequence.
+            seq.num_computed_tokens = min(seq.num_computed_tokens + req.num_new_tokens - (len(spec) - kept),
+                                          seq.num_tokens)
+            self.cache.commit(seq)
+            if stop is not None:
+                self.running.remove(seq)
+                self._end(seq, *stop)
+                finished.append(seq)
+                continue
+            seq.spec_token_ids = sample.draft_token_ids[: self._draft_room(seq)]
+        return StepOutcome(appended, finished, drafted, accepted)
+
+    def _append(self, seq: Sequence, tokens: list[int]) -> tuple[int, tuple[SequenceStatus, int | None] | None]:
+        """Append sampled tokens one by one until a stop rule says ``seq`` is done; returns how many were
+        appended and the stop (None: still running)."""
+        for count, token in enumerate(tokens, start=1):
+            seq.append_token(token)
+            stop = stop_status(seq, self.limits.max_model_len)
+            if stop is not None:
+                return count, stop
+        return len(tokens), None
+
+    def _room(self, seq: Sequence) -> int:
+        """Tokens ``seq`` may still gain: up to ``max_tokens`` and the context length."""
+        room = self.limits.max_model_len - seq.num_tokens
+        if seq.params.max_tokens is not None:
+            room = min(room, seq.params.max_tokens - seq.num_output_tokens)
+        return room
+
+    def _draft_room(self, seq: Sequence) -> int:
+        """Drafts worth verifying: a step that keeps them all adds one token more, which must still fit."""
+        limit = seq.params.num_speculative_tokens
+        room = self._room(seq) - 1
+        return max(0, room if limit is None else min(room, limit))

@@ -1,5 +1,0 @@
-"""Executors: the engine core's one interface to its model workers (in-process, worker processes, Ray actors)."""
-
-from frame.engine.executor.base import Executor, WorkerDiedError
-
-__all__ = ["Executor", "WorkerDiedError"]

@@ -1,0 +1,140 @@
+"""The step plan and the step's result: plain msgspec values that cross a process boundary.
+
+The scheduler decides a step as a :class:`SchedulerOutput`; every model worker (one per tensor-parallel rank, in
+this process or another) applies it to its own persistent batch and runs the forward; the driver worker answers
+with a :class:`RunnerOutput`. Neither side holds a reference to the other's objects: a request first reaches the
+runner as a :class:`NewRequest` (its prompt, sampling parameters and block ids), and after that only as a
+:class:`RunningRequest` diff (blocks added, tokens to compute). Tokens the runner samples it appends to its own
+copy of the request, so they never travel back in a plan.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from frame.engine.wire.requests import TokenLogprobs
+from frame.sampling_params import SamplingParams
+
+
+class BlockCopy(msgspec.Struct, frozen=True, array_like=True):
+    """An order to the runner: copy the KV of slots ``[0, num_tokens)`` of ``src`` into ``dst`` (all layers).
+
+    The cache strategy's base emits it for a prefix hit that ends inside a block (see
+    :class:`~frame.interfaces.cache.PrefixClaim`); it travels in the step plan to every model worker."""
+
+    src: int
+    dst: int
+    num_tokens: int
+
+
+class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A request the runner has not seen: everything it needs to keep the request's row in its batch.
+
+    ``output_token_ids`` is empty unless the request generated tokens before the runner first saw it.
+    ``num_computed_tokens`` leading tokens already have KV in ``block_ids`` (a prefix-cache hit); this step
+    computes the next ``num_new_tokens``. ``eos_token_ids`` are the model's end tokens, which ``min_tokens`` bans.
+    """
+
+    req_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int] = []
+    params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+    num_new_tokens: int
+    eos_token_ids: list[int] = []
+
+
+class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """A request the runner already holds, as a diff: blocks appended to its table and tokens to compute now.
+
+    ``num_computed_tokens`` is the scheduler's count before this step (the runner checks it against its own).
+    When ``resumed`` is True the request was preempted since the runner last ran it: its KV is gone, and
+    ``new_block_ids`` is its whole new table, not an addition. ``spec_token_ids`` are drafts to verify: the step's
+    ``num_new_tokens`` count them after the request's last real token.
+    """
+
+    req_id: str
+    new_block_ids: list[int]
+    num_computed_tokens: int
+    num_new_tokens: int
+    resumed: bool = False
+    spec_token_ids: list[int] = []
+
+
+class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """One step: what to compute, in what order, and what to forget.
+
+    The batch is ``new_requests`` and ``running`` (each with its ``num_new_tokens``; prefills, prefill chunks and
+    decodes mixed); ``num_prompt_tokens`` of the step's tokens are prompt tokens. ``block_copies`` run before the
+    forward. ``preempted_ids`` lost their KV in this step (the runner keeps their tokens for a later ``resumed``
+    diff); ``finished_ids`` ended (finished or aborted) since
+    the previous plan, and the runner drops everything it holds for them. ``grammar_bitmask`` holds the
+    structured-output masks (int32 little-endian rows, :mod:`frame.engine.bitmask`) of the requests in
+    ``grammar_ids``, one row per position each samples (its last token, then each draft), in that order.
+    """
+
+    step: int
+    num_prompt_tokens: int = 0
+    new_requests: list[NewRequest] = []
+    running: list[RunningRequest] = []
+    block_copies: list[BlockCopy] = []
+    preempted_ids: list[str] = []
+    finished_ids: list[str] = []
+    grammar_ids: list[str] = []
+    grammar_bitmask: bytes = b""
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(r.num_new_tokens for r in self.new_requests) + sum(r.num_new_tokens for r in self.running)
+
+    @property
+    def num_scheduled(self) -> int:
+        return len(self.new_requests) + len(self.running)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing is computed (the plan may still carry ids to forget)."""
+        return not self.new_requests and not self.running
+
+    def scheduled_ids(self) -> list[str]:
+        """Ids of the step's requests: new ones first, then running ones, each in plan order."""
+        return [r.req_id for r in self.new_requests] + [r.req_id for r in self.running]
+
+
+class RequestSample(msgspec.Struct, frozen=True, array_like=True):
+    """The tokens one request gained in a step (one, or several with speculative decoding: the drafts it kept and
+    one of the target's), their logprobs, and the proposer's drafts for the next step."""
+
+    req_id: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs] | None = None
+    draft_token_ids: list[int] = []
+
+
+class RunnerOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """What the driver worker reports for a step: the samples of every request that reached its last token.
+
+    ``comm_seconds`` is the time the step's collectives took on the driver rank (0 without tensor parallelism).
+    """
+
+    samples: list[RequestSample] = []
+    comm_seconds: float = 0.0
+
+
+_plan_encoder = msgspec.msgpack.Encoder()
+_plan_decoder = msgspec.msgpack.Decoder(SchedulerOutput)
+_output_decoder = msgspec.msgpack.Decoder(RunnerOutput)
+
+
+def encode(value: SchedulerOutput | RunnerOutput) -> bytes:
+    """msgpack bytes of a plan or a runner output (never pickle)."""
+    return _plan_encoder.encode(value)
+
+
+def decode_plan(data: bytes) -> SchedulerOutput:
+    return _plan_decoder.decode(data)
+
+
+def decode_output(data: bytes) -> RunnerOutput:
+    return _output_decoder.decode(data)

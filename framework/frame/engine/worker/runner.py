@@ -1,0 +1,279 @@
+"""ModelRunner: owns the tensors of one model worker. Applies a step plan, runs the model, samples.
+
+It allocates the KV pool in the core's layout (per layer, K and V ``[num_blocks, block_size, num_kv_heads,
+head_dim]``, all in one tensor), keeps a :class:`~frame.engine.worker.batch.PersistentBatch` that it updates from each
+plan's diff, performs the block copies the plan orders, gathers the step's inputs (ids, positions, slot mapping,
+block tables) with vectorised operations over that batch, runs the model (or replays a recorded decode graph,
+:mod:`frame.engine.worker.graphs`), samples, and answers with a :class:`~frame.engine.wire.plan.RunnerOutput`. It
+never sees a scheduler, a cache strategy or a ``Sequence``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from frame.engine import bitmask
+from frame.engine.wire.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
+from frame.engine.worker.batch import PersistentBatch
+from frame.engine.worker.graphs import Capture, DecodeGraphs
+from frame.engine.worker.sampler import Sampler
+from frame.engine.worker.speculation import verify
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.model import CausalLM
+from frame.interfaces.proposer import ProposalRequest, Proposer
+
+
+@dataclass
+class HostInputs:
+    """One step's flat batch on the host (numpy), gathered from the persistent batch."""
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    slots: np.ndarray
+    query_lens: np.ndarray
+    seq_lens: np.ndarray
+    block_tables: np.ndarray
+    samples: np.ndarray  # per scheduled request: does this step reach its last token (drafts included)?
+    drafts: np.ndarray  # per scheduled request: draft tokens verified in this step
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return bool((self.query_lens == 1).all() and self.samples.all())
+
+    def logits_rows(self) -> np.ndarray:
+        """Flat-batch rows whose logits are sampled: each sampling request's last ``drafts + 1`` tokens."""
+        ends = np.cumsum(self.query_lens)[self.samples]
+        spans = self.drafts[self.samples] + 1
+        offsets = np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+        return np.repeat(ends - spans, spans) + offsets
+
+
+class StepInputs:
+    """One step's flat batch: the model's inputs, the common attention metadata, and who samples."""
+
+    def __init__(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                 logits_rows: torch.Tensor) -> None:
+        self.input_ids = input_ids
+        self.positions = positions
+        self.meta = meta
+        self.logits_rows = logits_rows
+
+
+class ModelRunner:
+    """Runs a loaded model over a paged KV pool, from step plans."""
+
+    def __init__(self, model: CausalLM, attention: AttentionBackend, device: torch.device, dtype: torch.dtype,
+                 block_size: int, max_num_seqs: int, max_model_len: int, seed: int = 0) -> None:
+        self.model = model
+        self.attention = attention
+        self.device = device
+        self.dtype = dtype
+        self.block_size = block_size
+        self.batch = PersistentBatch(max_num_seqs, max_model_len, block_size)
+        self.sampler = Sampler(seed)
+        self.kv: torch.Tensor | None = None
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.num_scratch_blocks = 0
+        self.graphs: DecodeGraphs | None = None
+        self.proposer: Proposer | None = None
+        self.draft_batch_limit: int | None = None  # no drafts when more requests than this decode in a step
+        self._draft_probs: dict[str, torch.Tensor] = {}
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.dtype)
+
+    def allocate_kv(self, num_blocks: int, scratch_block: bool = False) -> None:
+        """Allocate the pool: one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]``, plus one
+        block past the end that no request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
+        spec = self.model.kv_cache_spec
+        self.num_scratch_blocks = int(scratch_block)
+        # empty, not zeros: every slot is written before it is read, and zeroing gigabytes costs seconds.
+        self.kv = torch.empty(
+            (spec.num_layers, 2, num_blocks + self.num_scratch_blocks, self.block_size, spec.num_kv_heads,
+             spec.head_dim),
+            dtype=self.dtype, device=self.device,
+        )
+        self.kv_caches = [(self.kv[i, 0], self.kv[i, 1]) for i in range(spec.num_layers)]
+
+    def copy_blocks(self, copies: list[BlockCopy]) -> None:
+        """Copy slots ``[0, n)`` of each source block into its destination, in every layer."""
+        assert self.kv is not None
+        for c in copies:
+            self.kv[:, :, c.dst, : c.num_tokens] = self.kv[:, :, c.src, : c.num_tokens]
+
+    # -- the plan -----------------------------------------------------------------------------------------
+    def apply_plan(self, plan: SchedulerOutput) -> tuple[np.ndarray, np.ndarray]:
+        """Update the persistent batch from ``plan``; returns the scheduled rows and their new-token counts."""
+        batch = self.batch
+        for req_id in plan.finished_ids:
+            batch.remove(req_id)
+        for req_id in plan.preempted_ids:
+            batch.park(req_id)
+        rows = [batch.add(r, self._generator(r.params.seed)) for r in plan.new_requests]
+        rows += [batch.update(r) for r in plan.running]
+        counts = [r.num_new_tokens for r in plan.new_requests] + [r.num_new_tokens for r in plan.running]
+        computed = [r.num_computed_tokens for r in plan.new_requests] + [r.num_computed_tokens for r in plan.running]
+        row_array = np.asarray(rows, dtype=np.int64)
+        batch.num_computed[row_array] = computed
+        return row_array, np.asarray(counts, dtype=np.int64)
+
+    @staticmethod
+    def _generator(seed: int | None) -> torch.Generator | None:
+        return None if seed is None else torch.Generator().manual_seed(seed)
+
+    def gather(self, rows: np.ndarray, counts: np.ndarray) -> HostInputs:
+        """The flat batch of the scheduled ``rows`` (``counts`` new tokens each, in that order), on the host."""
+        batch, bs = self.batch, self.block_size
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        context = batch.num_computed[rows].astype(np.int64)
+        owner = np.repeat(np.arange(len(rows)), counts)  # batch position of each token
+        positions = context[owner] + (np.arange(int(ends[-1])) - starts[owner])
+        token_rows = rows[owner]
+        seq_lens = context + counts
+        width = int(batch.num_blocks[rows].max())
+        drafts = batch.num_drafts[rows].astype(np.int64)
+        return HostInputs(
+            input_ids=batch.token_ids[token_rows, positions],
+            positions=positions,
+            slots=batch.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs,
+            query_lens=counts,
+            seq_lens=seq_lens,
+            block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
+            samples=seq_lens == batch.num_tokens[rows] + drafts,
+            drafts=drafts,
+        )
+
+    def to_device(self, host: HostInputs) -> StepInputs:
+        """The model's inputs and the common attention metadata on the model's device."""
+        dev = self.device
+        ends = np.cumsum(host.query_lens)
+        meta = AttentionMetadata(
+            query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(dev),
+            seq_lens=torch.from_numpy(host.seq_lens.astype(np.int32)).to(dev),
+            block_tables=torch.from_numpy(host.block_tables).to(dev),
+            slot_mapping=torch.from_numpy(host.slots).to(dev),
+            query_lens=host.query_lens.tolist(),
+            seq_lens_host=host.seq_lens.tolist(),
+            block_size=self.block_size,
+        )
+        return StepInputs(
+            input_ids=torch.from_numpy(host.input_ids.astype(np.int64)).to(dev),
+            positions=torch.from_numpy(host.positions).to(dev),
+            meta=meta,
+            logits_rows=torch.from_numpy(host.logits_rows()).to(dev),
+        )
+
+    def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
+        """Record the decode step per batch-size bucket (the pool must have a scratch block past its end)."""
+        assert self.kv is not None and self.num_scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
+        self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
+                                   max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
+                                   block_size=self.block_size, scratch_block=self.kv.shape[2] - 1, capture=capture)
+        if not self.graphs.enabled:
+            self.graphs = None
+        return self.graphs is not None
+
+    def forward(self, host: HostInputs) -> torch.Tensor | None:
+        """Logits ``[sampling requests, vocab]`` of one step (None when no request samples): a recorded graph for
+        a decode step that fits one, the model run eagerly otherwise."""
+        if self.graphs is not None and host.is_pure_decode and self.graphs.bucket(len(host.query_lens)):
+            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables)
+        inputs = self.to_device(host)
+        meta = self.attention.build_metadata(inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, meta)
+        return self.model.compute_logits(hidden[inputs.logits_rows]) if host.samples.any() else None
+
+    @torch.inference_mode()
+    def execute(self, plan: SchedulerOutput) -> RunnerOutput:
+        """Run one step; returns the sampled tokens (and logprobs) of every request that reached its end, and the
+        proposer's drafts for the next step."""
+        rows, counts = self.apply_plan(plan)
+        if plan.block_copies:
+            self.copy_blocks(plan.block_copies)
+        if self.proposer is not None:
+            self._forget_drafts(plan)
+        if not len(rows):
+            return RunnerOutput()
+        host = self.gather(rows, counts)
+        logits = self.forward(host)
+        if logits is None:
+            return RunnerOutput()
+        if plan.grammar_ids:
+            self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
+        samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
+        if self.proposer is not None:
+            samples = self.propose(samples)
+        return RunnerOutput(samples=samples)
+
+    def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
+        """Mask the logits of constrained requests with the plan's structured-output rows (every position each
+        samples: its last token and its drafts), so nothing outside the grammar can be sampled or kept."""
+        states = self.batch.state_of_row
+        first = np.cumsum(drafts + 1) - (drafts + 1)
+        start_of = {states[row].req_id: int(f) for row, f in zip(rows.tolist(), first, strict=True)}  # type: ignore[union-attr]
+        index: list[int] = []
+        for req_id in plan.grammar_ids:
+            row = self.batch.row_of[req_id]
+            index.extend(range(start_of[req_id], start_of[req_id] + int(self.batch.num_drafts[row]) + 1))
+        bitmask.apply(logits, index, bitmask.from_bytes(plan.grammar_bitmask, logits.shape[-1]))
+
+    def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray) -> list[RequestSample]:
+        """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens."""
+        states = self.batch.state_of_row
+        if not drafts.any():
+            sampled = self.sampler(logits, self.batch, rows)
+            self.batch.append_tokens(rows, sampled.token_ids)
+            return [RequestSample(states[row].req_id, [token], None if lp is None else [lp])  # type: ignore[union-attr]
+                    for row, token, lp in zip(rows.tolist(), sampled.token_ids.tolist(), sampled.logprobs,
+                                              strict=True)]
+        spans = drafts + 1
+        ends = np.cumsum(spans)
+        plain = drafts == 0
+        out: dict[int, RequestSample] = {}
+        if plain.any():
+            index = torch.from_numpy(ends[plain] - 1).to(logits.device)
+            for sample in self.sample(logits[index], rows[plain], drafts[plain]):
+                out[self.batch.row_of[sample.req_id]] = sample
+        spec_rows = rows[~plain].tolist()
+        index = np.concatenate([np.arange(e - s, e) for e, s in zip(ends[~plain], spans[~plain], strict=True)])
+        proposed = [self.batch.token_ids[row, self.batch.num_tokens[row]:][: self.batch.num_drafts[row]].tolist()
+                    for row in spec_rows]
+        probs = [self._draft_probs.pop(states[row].req_id, None) for row in spec_rows]  # type: ignore[union-attr]
+        probs = [None if p is None else p[: len(d)] for p, d in zip(probs, proposed, strict=True)]
+        verified = verify(logits[torch.from_numpy(index).to(logits.device)], self.batch, spec_rows, proposed, probs,
+                          self.sampler.generator)
+        for row, result in zip(spec_rows, verified, strict=True):
+            self.batch.extend(row, result.token_ids)
+            out[row] = RequestSample(states[row].req_id, result.token_ids, result.logprobs)  # type: ignore[union-attr]
+        return [out[row] for row in rows.tolist()]
+
+    def propose(self, samples: list[RequestSample]) -> list[RequestSample]:
+        """Ask the proposer for the next step's drafts of every request that just sampled."""
+        assert self.proposer is not None
+        if self.draft_batch_limit is not None and len(samples) > self.draft_batch_limit:
+            return samples
+        batch = self.batch
+        requests = []
+        for sample in samples:
+            row = batch.row_of[sample.req_id]
+            room = batch.max_model_len - int(batch.num_tokens[row]) - 1
+            requests.append(ProposalRequest(sample.req_id, batch.all_token_ids(row),
+                                            max(0, min(self.proposer.num_speculative_tokens, room))))
+        proposals = self.proposer.propose(requests)
+        out = []
+        for sample, proposal in zip(samples, proposals, strict=True):
+            if proposal.probs is not None and proposal.token_ids:
+                self._draft_probs[sample.req_id] = proposal.probs
+            out.append(RequestSample(sample.req_id, sample.token_ids, sample.logprobs, list(proposal.token_ids)))
+        return out
+
+    def _forget_drafts(self, plan: SchedulerOutput) -> None:
+        assert self.proposer is not None
+        for req_id in (*plan.finished_ids, *plan.preempted_ids):
+            self._draft_probs.pop(req_id, None)
+            self.proposer.forget(req_id)
