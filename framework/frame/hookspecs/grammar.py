@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from frame.hookspecs import hookspec
-from frame.interfaces.grammar import GrammarBackend
+
+if TYPE_CHECKING:
+    from frame.interfaces.grammar import GrammarBackend
 
 
 @hookspec

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel
-from transformers import PretrainedConfig
 
 from frame.hookspecs import hookspec
-from frame.interfaces.attention import AttentionBackend, AttentionSpec
-from frame.interfaces.model import CausalLM
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig
+
+    from frame.interfaces.attention import AttentionBackend, AttentionSpec
+    from frame.interfaces.model import CausalLM
+
 
 
 @hookspec

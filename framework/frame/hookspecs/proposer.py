@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel
 
 from frame.hookspecs import hookspec
-from frame.interfaces.proposer import Proposer, ProposerContext
+
+if TYPE_CHECKING:
+    from frame.interfaces.proposer import Proposer, ProposerContext
 
 
 @hookspec

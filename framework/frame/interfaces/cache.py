@@ -25,7 +25,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from frame.engine.wire.plan import BlockCopy
+import msgspec
 
 __all__ = [
     "NO_CLAIM",
@@ -37,6 +37,17 @@ __all__ = [
     "PrefixClaim",
     "PrefixMatch",
 ]
+
+
+class BlockCopy(msgspec.Struct, frozen=True, array_like=True):
+    """An order to the runner: copy the KV of slots ``[0, num_tokens)`` of ``src`` into ``dst`` (all layers).
+
+    The cache strategy's base emits it for a prefix hit that ends inside a block (see
+    :class:`~frame.interfaces.cache.PrefixClaim`); it travels in the step plan to every model worker."""
+
+    src: int
+    dst: int
+    num_tokens: int
 
 
 class CacheSequence(Protocol):

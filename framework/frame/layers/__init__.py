@@ -34,6 +34,7 @@ from frame.layers.basic import (
 )
 from frame.layers.config import FamilyOptions, check_common, head_layout, layer_windows, unsupported
 from frame.layers.decoder import DecoderLM, PreNormDecoderLayer, SandwichDecoderLayer
+from frame.layers.loading import finish_loading
 from frame.layers.mlp import MLP, GatedMLP, GatedProjection
 from frame.layers.moe import FusedExperts, MixtureOfExperts, Router
 from frame.layers.norms import HeadNorm, LayerNorm, UpcastRMSNorm
@@ -47,7 +48,7 @@ from frame.layers.parallel import (
     VocabParallelEmbedding,
     local_heads,
 )
-from frame.layers.quantized import finish_loading, packed_weight, weight_bytes
+from frame.layers.quantized import packed_weight, weight_bytes
 from frame.layers.rotary import RotaryEmbedding, rope_parameters
 
 __all__ = [

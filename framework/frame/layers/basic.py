@@ -34,7 +34,7 @@ def empty_parameter(*shape: int, device: torch.device, dtype: torch.dtype) -> nn
 
 def copy_checked(param: torch.Tensor | None, tensor: torch.Tensor, what: str) -> None:
     """``param.copy_(tensor)`` after checking the shapes agree (ValueError naming both otherwise); a packed
-    ``tensor`` is kept packed for :func:`~frame.layers.quantized.finish_loading`."""
+    ``tensor`` is kept packed for :func:`~frame.layers.loading.finish_loading`."""
     if param is None:
         raise ValueError(f"the checkpoint has a {what} that this layer does not have")
     if isinstance(tensor, PackedWeight):

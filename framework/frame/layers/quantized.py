@@ -2,7 +2,8 @@
 
 A quantization plugin's source hands a model family :class:`~frame.interfaces.quantization.PackedWeight` values
 where it would hand dense tensors; the layers' ``load`` passes them here (:func:`store_rows`), which keeps each
-block of rows on the weight parameter until every tensor is loaded. :func:`finish_loading` then joins the rows
+block of rows on the weight parameter until every tensor is loaded.
+:func:`~frame.layers.loading.finish_loading` then joins the rows
 into one packed weight per parameter (the fused QKV and gate-up layers join several checkpoint tensors), asks the
 quantization method to quantize the linear weights that arrived dense (``int8``), and frees the dense storage of
 every weight that only linears read. A parameter that another layer reads dense too (a tied embedding) keeps its
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from frame.interfaces.quantization import PackedWeight, QuantizationMethod
+from frame.interfaces.quantization import PackedWeight
 
 log = logging.getLogger("frame.layers")
 
@@ -46,7 +47,7 @@ def note_dense_rows(param: torch.Tensor, offset: int, rows: int) -> None:
     param.__dict__.setdefault("dense_rows", {})[offset] = rows
 
 
-def _joined(param: torch.Tensor) -> PackedWeight | None:
+def joined_rows(param: torch.Tensor) -> PackedWeight | None:
     """The parameter's stored row blocks as one packed weight (None: they differ in format, or some rows arrived
     dense, so the weight goes dense)."""
     parts = param.__dict__.pop("packed_parts")
@@ -68,55 +69,6 @@ def _joined(param: torch.Tensor) -> PackedWeight | None:
         for o in offsets:
             param.data[o : o + parts[o].shape[0]].copy_(parts[o].dequantize(param.dtype))
     return joined
-
-
-def _is_linear(module: nn.Module) -> bool:
-    from frame.layers.basic import Linear
-
-    return isinstance(module, Linear)
-
-
-def finish_loading(model: nn.Module, method: QuantizationMethod | None,
-                   input_absmax: dict[str, torch.Tensor] | None = None) -> int:
-    """After ``model.load_weights``: join packed rows, quantize dense linear weights with ``method``, and free the
-    dense storage that only linears would read. Returns how many weights are packed. ``input_absmax`` (module path
-    to its largest ``|x|`` per input feature, :mod:`frame.engine.worker.calibration`) goes to a method that
-    calibrates."""
-    users: dict[int, list[tuple[str, nn.Module]]] = {}
-    weights: dict[int, nn.Parameter] = {}
-    for path, module in model.named_modules():
-        weight = module._parameters.get("weight")
-        if weight is not None:
-            users.setdefault(id(weight), []).append((path, module))
-            weights[id(weight)] = weight
-    packed_count = 0
-    for key, weight in weights.items():
-        holders = users[key]
-        if not arrived_packed(weight):
-            weight.__dict__.pop("dense_rows", None)
-        all_linear = all(_is_linear(m) for _, m in holders)
-        arrived = arrived_packed(weight)
-        packed = _joined(weight) if arrived else None
-        if packed is None and method is not None and weight.dim() == 2 and any(_is_linear(m) for _, m in holders):
-            path = next(p for p, m in holders if _is_linear(m))
-            if input_absmax is None:  # a method that does not calibrate may predate the argument
-                packed = method.quantize(path, weight.data)
-            else:
-                packed = method.quantize(path, weight.data, input_absmax=input_absmax.get(path))
-        if packed is None:
-            continue
-        packed_count += 1
-        if all_linear:  # nothing reads the dense values: keep the shape and dtype, drop the storage
-            replacement = nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
-                                       requires_grad=False)
-            replacement.packed = packed
-            for _, module in holders:
-                module.weight = replacement
-        else:  # a tied embedding: it looks rows up dense; the linears sharing it read the packed form
-            if arrived:
-                weight.data.copy_(packed.dequantize(weight.dtype))
-            weight.packed = packed
-    return packed_count
 
 
 def arrived_packed(param: torch.Tensor) -> bool:

@@ -24,24 +24,28 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
-import torch
 from pydantic import BaseModel
-from transformers import PretrainedConfig
 
 from frame.errors import FrameUsageError, IncompatiblePluginError
-from frame.interfaces.attention import AttentionBackend, AttentionSpec
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.grammar import GrammarBackend
-from frame.interfaces.model import CausalLM
-from frame.interfaces.platform import Platform
 from frame.interfaces.proposer import Proposer, ProposerContext
-from frame.interfaces.quantization import QuantizationMethod
 from frame.interfaces.router import Router
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.interfaces.tool_parser import ToolParser
 from frame.plugins.calls import call_one, describe, implementers
 from frame.plugins.kinds import KINDS
 from frame.plugins.registry import PluginRegistry
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig
+
+    from frame.interfaces.attention import AttentionBackend, AttentionSpec
+    from frame.interfaces.model import CausalLM
+    from frame.interfaces.platform import Platform
+    from frame.interfaces.quantization import QuantizationMethod
+
 
 if TYPE_CHECKING:
     from frame.workloads.base import Workload

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Union
 
 import msgspec
 
-from frame.parent_watch import watch_parent
+from frame.engine.process import watch_parent
 
 _LENGTH = struct.Struct(">I")
 #: Longest error message sent back (a template error may quote its whole input).

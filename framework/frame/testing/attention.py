@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata, UnsupportedAttentionError
+from frame.interfaces.kv_layout import sequence_metadata
 from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
@@ -34,28 +35,10 @@ def build_metadata(
 ) -> AttentionMetadata:
     """Metadata for sequences with ``context_lens`` cached tokens each adding ``query_lens`` new ones.
 
-    ``block_tables[i]`` lists sequence ``i``'s block ids and must cover its ``context + query`` tokens.
+    ``block_tables[i]`` lists sequence ``i``'s block ids and must cover its ``context + query`` tokens (the
+    engine's own builder, :func:`frame.interfaces.kv_layout.sequence_metadata`).
     """
-    seq_lens = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
-    slots: list[int] = []
-    for table, context, total in zip(block_tables, context_lens, seq_lens, strict=True):
-        if len(table) * block_size < total:
-            raise ValueError(f"block table {list(table)} cannot hold {total} tokens of block size {block_size}")
-        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(context, total))
-    width = max((len(t) for t in block_tables), default=0) or 1
-    padded = [list(t) + [0] * (width - len(t)) for t in block_tables]
-    starts = [0]
-    for q in query_lens:
-        starts.append(starts[-1] + q)
-    return AttentionMetadata(
-        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        block_tables=torch.tensor(padded, dtype=torch.int32, device=device),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        query_lens=list(query_lens),
-        seq_lens_host=seq_lens,
-        block_size=block_size,
-    )
+    return sequence_metadata(context_lens, query_lens, block_tables, block_size, device)
 
 
 def make_random_batch(

@@ -17,9 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from frame.engine.bitmask import unpack, words_for
 from frame.errors import InvalidSamplingError
-from frame.interfaces.grammar import GrammarBackend, GrammarMatcher
+from frame.interfaces.grammar import GrammarBackend, GrammarMatcher, unpack, words_for
 from frame.sampling_params import StructuredOutputs
 
 BackendFactory = Callable[[Any, int, list[int]], GrammarBackend]

@@ -29,9 +29,8 @@ from frame.engine.wire.client_core import (
     ResetPrefixCache,
     StatsReply,
     ToEngine,
-    decode_to_engine,
-    encode,
 )
+from frame.engine.wire.codec import decode, encode
 from frame.engine.wire.requests import EngineRequest, EngineStats
 from frame.errors import FrameUsageError
 
@@ -94,10 +93,11 @@ class EngineClient(ABC):
         self._check_alive()
         msg = AddRequests(requests)
         try:
-            decode_to_engine(encode(msg))
+            data = encode(msg)
+            decode(data, ToEngine)
         except (OverflowError, TypeError, ValueError, msgspec.MsgspecError) as err:
             raise FrameUsageError(f"The request cannot be sent to the engine: {err}.") from None
-        self._send(msg)
+        self._send_encoded(msg, data)
 
     def abort(self, request_ids: list[str]) -> None:
         """Abort sequences (their blocks return to the pool); a no-op once the engine is dead."""
@@ -151,6 +151,11 @@ class EngineClient(ABC):
     @abstractmethod
     def _send(self, msg: ToEngine) -> None:
         """Deliver one message to the engine loop without blocking."""
+
+    def _send_encoded(self, msg: ToEngine, data: bytes) -> None:
+        """Deliver ``msg``, already encoded as ``data``: a transport that sends bytes sends those instead of
+        encoding the message again (an in-process one passes the object)."""
+        self._send(msg)
 
     def _check_alive(self) -> None:
         if self.dead_reason is not None:

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import zmq
@@ -20,8 +19,9 @@ import zmq.asyncio
 
 from frame.config import EngineConfig
 from frame.engine.client.base import EngineClient
-from frame.engine.core.proc import CONFIG_ENV
-from frame.engine.wire.client_core import Shutdown, ToEngine, decode_from_engine, encode
+from frame.engine.process import CONFIG_ENV, spawn
+from frame.engine.wire.client_core import FromEngine, Shutdown, ToEngine
+from frame.engine.wire.codec import decode, encode
 
 #: How often the watchdog checks that the engine process is alive (seconds).
 WATCH_INTERVAL_S = 0.2
@@ -69,12 +69,8 @@ class MPEngineClient(EngineClient):
         self._to_engine.setsockopt(zmq.LINGER, 0)
         self._to_engine.bind(input_addr)
         self._from_engine.bind(output_addr)
-        env = {**os.environ, CONFIG_ENV: self.config.model_dump_json()}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "frame.engine.core.proc", "--input", input_addr, "--output", output_addr,
-             "--parent-pid", str(os.getpid())],
-            env=env, stdin=subprocess.DEVNULL,
-        )
+        self.process = spawn("frame.engine.core.proc", ["--input", input_addr, "--output", output_addr],
+                             {CONFIG_ENV: self.config.model_dump_json()})
         engine_cores = cores_for_engine(self.config.reserved_cores, self.config.data_parallel_size)
         if engine_cores is not None:  # before the child starts its thread pools: they inherit the mask
             os.sched_setaffinity(self.process.pid, engine_cores)
@@ -88,10 +84,13 @@ class MPEngineClient(EngineClient):
     def _send(self, msg: ToEngine) -> None:
         self._to_engine.send(encode(msg), copy=False)
 
+    def _send_encoded(self, msg: ToEngine, data: bytes) -> None:
+        self._to_engine.send(data, copy=False)
+
     async def _read(self) -> None:
         while True:
             data = await self._from_engine.recv()
-            self._dispatch(decode_from_engine(data))
+            self._dispatch(decode(data, FromEngine))
 
     async def _watch(self) -> None:
         assert self.process is not None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import secrets
 import signal
 import threading
@@ -28,75 +27,16 @@ from typing import Any
 
 from frame.config import EngineConfig
 from frame.engine.client.base import EngineClient
-from frame.engine.core.executor.ray import PLACEMENT_GROUP_ENV, ray_address
-from frame.engine.wire.client_core import (
-    Failed,
-    FromEngine,
-    Ready,
-    Shutdown,
-    ToEngine,
-    decode_from_engine,
-    decode_to_engine,
-)
-from frame.engine.wire.client_core import encode as encode_message
-from frame.engine.worker.rank import CORES_ON_NODE_ENV
+from frame.engine.core.ray_actor import EngineCoreActor
+from frame.engine.process import CORES_ON_NODE_ENV, PLACEMENT_GROUP_ENV, ray_address
+from frame.engine.wire.client_core import FromEngine, Shutdown, ToEngine
+from frame.engine.wire.codec import decode, encode
 
 log = logging.getLogger("frame.engine.ray")
 
 POLL_S = 0.5
 START_TIMEOUT_S = 900.0
 _GPU_PLATFORMS = ("cuda", "rocm")
-
-
-class EngineCoreActor:
-    """The body of one rank's actor (wrapped by ``ray.remote``): an engine core and its loop in a thread."""
-
-    def __init__(self, config_json: str) -> None:
-        self._inbox: queue.SimpleQueue[ToEngine] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-        self._held: dict[int, bytes] = {}
-        self._next = 0
-        self._lock = threading.Lock()
-        self._greeting: bytes | None = None
-        self._built = threading.Event()
-        threading.Thread(target=self._main, args=(config_json,), name="frame-engine", daemon=True).start()
-
-    def _main(self, config_json: str) -> None:
-        from frame.engine.core.loop import drain, serve_core
-
-        try:
-            serve_core(EngineConfig.model_validate_json(config_json), self._post,
-                       lambda timeout_s: drain(self._inbox, timeout_s))
-        except Exception as err:  # the client must hear why, at start or later
-            log.exception("engine core failed")
-            self._post(Failed(f"{type(err).__name__}: {err}"))
-
-    def _post(self, msg: FromEngine) -> None:
-        if not self._built.is_set() and isinstance(msg, Ready | Failed):
-            self._greeting = encode_message(msg)
-            self._built.set()
-        else:
-            self._outbox.put(encode_message(msg))
-
-    def ready(self) -> bytes:
-        """The core's Ready (or Failed) message, once it is built."""
-        self._built.wait()
-        assert self._greeting is not None
-        return self._greeting
-
-    def send(self, seq: int, data: bytes) -> None:
-        """Message ``seq`` (numbered from 0 by each client) for the loop; applied in number order."""
-        with self._lock:
-            self._held[seq] = data
-            while self._next in self._held:
-                self._inbox.put(decode_to_engine(self._held.pop(self._next)))
-                self._next += 1
-
-    def poll(self, timeout_s: float) -> list[bytes]:
-        """What the core sent since the last poll, waiting up to ``timeout_s`` for something."""
-        from frame.engine.core.loop import drain
-
-        return drain(self._outbox, timeout_s)
 
 
 class RaySession:
@@ -244,7 +184,7 @@ class RayEngineClient(EngineClient):
                 log.info("the actor of rank %d is gone for good; starting a new one", self.rank)
                 self._reattached = False
                 self.actor = await self.session.create_actor(self.config)
-        self._dispatch(decode_from_engine(greeting))
+        self._dispatch(decode(greeting, FromEngine))
         await self._read()
 
     async def _read(self) -> None:
@@ -258,14 +198,17 @@ class RayEngineClient(EngineClient):
                 self._die(self._death(err))
                 return
             for data in batch:
-                self._dispatch(decode_from_engine(data))
+                self._dispatch(decode(data, FromEngine))
 
     def _death(self, err: BaseException) -> str:
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         return f"the engine core actor of rank {self.rank} died ({type(err).__name__}: {first})"
 
     def _send(self, msg: ToEngine) -> None:
-        self.actor.send.remote(self._seq, encode_message(msg))
+        self._send_encoded(msg, encode(msg))
+
+    def _send_encoded(self, msg: ToEngine, data: bytes) -> None:
+        self.actor.send.remote(self._seq, data)
         self._seq += 1
 
     async def shutdown(self) -> None:

@@ -19,9 +19,8 @@ from frame.config import EngineConfig
 from frame.engine.client.base import EngineDeadError
 from frame.engine.client.data_parallel import DataParallelClient
 from frame.engine.client.dp import make_dp_client
-from frame.engine.core.engine_core import check_request
 from frame.engine.wire.client_core import Outputs, Rejected
-from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats
+from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats, check_request
 from frame.errors import FrameUsageError
 from frame.model_source import ModelSource
 

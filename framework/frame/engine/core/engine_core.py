@@ -22,34 +22,18 @@ from frame.engine.core.scheduler import Scheduler
 from frame.engine.core.structured import StructuredOutputManager
 from frame.engine.selection import Selection, select
 from frame.engine.wire.plan import RequestSample, RunnerOutput, RunningRequest, SchedulerOutput
-from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats
+from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats, check_request
 from frame.engine.worker.model_worker import head_counts
-from frame.errors import ConfigError, PromptTooLongError
+from frame.errors import ConfigError
 from frame.interfaces.grammar import GrammarBackend
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.sampling_params import check_speculative_tokens
 from frame.sequence import Sequence, SequenceStatus
 
 log = logging.getLogger("frame.engine")
-
-
-def check_request(req: EngineRequest, max_model_len: int, max_speculative_tokens: int) -> None:
-    """Raise a usage error for a request that could never run on an engine of this context length."""
-    n = len(req.prompt_token_ids)
-    if n == 0:
-        raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
-    check_speculative_tokens(req.params.num_speculative_tokens, max_speculative_tokens)
-    max_tokens = req.params.max_tokens or 1
-    if n + max_tokens > max_model_len:
-        raise PromptTooLongError(
-            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
-            f"and max_tokens asks for {max_tokens} more; shorten the prompt or lower max_tokens.",
-            param="max_tokens" if n < max_model_len else "prompt",
-        )
 
 
 class EngineCore:

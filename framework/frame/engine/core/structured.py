@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from frame.engine.bitmask import words_for
-from frame.interfaces.grammar import GrammarBackend, GrammarMatcher
+from frame.interfaces.grammar import GrammarBackend, GrammarMatcher, words_for
 from frame.sampling_params import StructuredOutputs
 
 #: Compiled grammars kept for reuse (a JSON schema compiles in milliseconds to seconds).

@@ -96,19 +96,3 @@ class Failed(msgspec.Struct, tag="failed"):
 # msgspec needs typing Unions here.
 ToEngine = Union[AddRequests, AbortRequests, GetStats, ResetPrefixCache, Shutdown]  # noqa: UP007
 FromEngine = Union[Ready, Outputs, StatsReply, Rejected, Failed]  # noqa: UP007
-
-_encoder = msgspec.msgpack.Encoder()
-_to_engine = msgspec.msgpack.Decoder(ToEngine)
-_from_engine = msgspec.msgpack.Decoder(FromEngine)
-
-
-def encode(msg: msgspec.Struct) -> bytes:
-    return _encoder.encode(msg)
-
-
-def decode_to_engine(data: bytes) -> ToEngine:
-    return _to_engine.decode(data)
-
-
-def decode_from_engine(data: bytes) -> FromEngine:
-    return _from_engine.decode(data)

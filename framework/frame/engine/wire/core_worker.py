@@ -54,19 +54,3 @@ class WorkerFailed(msgspec.Struct, tag="failed"):
 
 ToWorker = Union[AllocateKV, RunStep, StopWorker]  # noqa: UP007 - msgspec needs a typing Union
 FromWorker = Union[WorkerReady, KVAllocated, StepDone, WorkerFailed]  # noqa: UP007
-
-_encoder = msgspec.msgpack.Encoder()
-_to_worker = msgspec.msgpack.Decoder(ToWorker)
-_from_worker = msgspec.msgpack.Decoder(FromWorker)
-
-
-def encode(msg: msgspec.Struct) -> bytes:
-    return _encoder.encode(msg)
-
-
-def decode_to_worker(data: bytes) -> ToWorker:
-    return _to_worker.decode(data)
-
-
-def decode_from_worker(data: bytes) -> FromWorker:
-    return _from_worker.decode(data)

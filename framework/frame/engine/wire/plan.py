@@ -13,18 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from frame.engine.wire.requests import TokenLogprobs
+from frame.interfaces.cache import BlockCopy
 from frame.sampling_params import SamplingParams
-
-
-class BlockCopy(msgspec.Struct, frozen=True, array_like=True):
-    """An order to the runner: copy the KV of slots ``[0, num_tokens)`` of ``src`` into ``dst`` (all layers).
-
-    The cache strategy's base emits it for a prefix hit that ends inside a block (see
-    :class:`~frame.interfaces.cache.PrefixClaim`); it travels in the step plan to every model worker."""
-
-    src: int
-    dst: int
-    num_tokens: int
 
 
 class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,7 +60,7 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     forward. ``preempted_ids`` lost their KV in this step (the runner keeps their tokens for a later ``resumed``
     diff); ``finished_ids`` ended (finished or aborted) since
     the previous plan, and the runner drops everything it holds for them. ``grammar_bitmask`` holds the
-    structured-output masks (int32 little-endian rows, :mod:`frame.engine.bitmask`) of the requests in
+    structured-output masks (int32 little-endian rows, :mod:`frame.interfaces.grammar`) of the requests in
     ``grammar_ids``, one row per position each samples (its last token, then each draft), in that order.
     """
 
@@ -120,21 +110,3 @@ class RunnerOutput(msgspec.Struct, frozen=True, kw_only=True):
 
     samples: list[RequestSample] = []
     comm_seconds: float = 0.0
-
-
-_plan_encoder = msgspec.msgpack.Encoder()
-_plan_decoder = msgspec.msgpack.Decoder(SchedulerOutput)
-_output_decoder = msgspec.msgpack.Decoder(RunnerOutput)
-
-
-def encode(value: SchedulerOutput | RunnerOutput) -> bytes:
-    """msgpack bytes of a plan or a runner output (never pickle)."""
-    return _plan_encoder.encode(value)
-
-
-def decode_plan(data: bytes) -> SchedulerOutput:
-    return _plan_decoder.decode(data)
-
-
-def decode_output(data: bytes) -> RunnerOutput:
-    return _output_decoder.decode(data)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
-from frame.sampling_params import SamplingParams
+from frame.errors import PromptTooLongError
+from frame.sampling_params import SamplingParams, check_speculative_tokens
 
 
 class EngineRequest(msgspec.Struct, kw_only=True):
@@ -86,3 +87,18 @@ class EngineStats(msgspec.Struct, kw_only=True):
     def spec_mean_accepted_length(self) -> float:
         """Tokens a verification step emits on average: the drafts kept plus the target's own."""
         return 1 + self.spec_accepted_tokens / self.spec_verifications if self.spec_verifications else 0.0
+
+
+def check_request(req: EngineRequest, max_model_len: int, max_speculative_tokens: int) -> None:
+    """Raise a usage error for a request that could never run on an engine of this context length."""
+    n = len(req.prompt_token_ids)
+    if n == 0:
+        raise PromptTooLongError("The prompt is empty; send at least one token.", param="prompt")
+    check_speculative_tokens(req.params.num_speculative_tokens, max_speculative_tokens)
+    max_tokens = req.params.max_tokens or 1
+    if n + max_tokens > max_model_len:
+        raise PromptTooLongError(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
+            f"and max_tokens asks for {max_tokens} more; shorten the prompt or lower max_tokens.",
+            param="max_tokens" if n < max_model_len else "prompt",
+        )

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.kv_layout import KVPool, sequence_metadata
 from frame.interfaces.model import CausalLM
 from frame.layers.basic import Linear
 
@@ -25,20 +26,6 @@ from frame.layers.basic import Linear
 def token_chunks(token_ids: Sequence[int], max_len: int) -> list[list[int]]:
     """The text's tokens in pieces of at most ``max_len`` (each run as one prefill)."""
     return [list(token_ids[i : i + max_len]) for i in range(0, len(token_ids), max_len)]
-
-
-def prefill_metadata(length: int, block_size: int, device: torch.device) -> AttentionMetadata:
-    """One sequence of ``length`` new tokens on blocks ``0 .. ceil(length / block_size) - 1``."""
-    blocks = math.ceil(length / block_size)
-    return AttentionMetadata(
-        query_start_loc=torch.tensor([0, length], dtype=torch.int32, device=device),
-        seq_lens=torch.tensor([length], dtype=torch.int32, device=device),
-        block_tables=torch.arange(blocks, dtype=torch.int32, device=device).reshape(1, blocks),
-        slot_mapping=torch.arange(length, dtype=torch.int64, device=device),
-        query_lens=[length],
-        seq_lens_host=[length],
-        block_size=block_size,
-    )
 
 
 @torch.inference_mode()
@@ -64,12 +51,10 @@ def input_absmax(model: CausalLM, attention: AttentionBackend, chunks: Sequence[
             if not chunk:
                 continue
             blocks = math.ceil(len(chunk) / block_size)
-            shape = (blocks, block_size, spec.num_kv_heads, spec.head_dim)
-            caches = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                      for _ in range(spec.num_layers)]
-            meta = attention.build_metadata(prefill_metadata(len(chunk), block_size, device))
+            pool = KVPool(spec, blocks, block_size, dtype, device, zeroed=True)
+            meta = attention.build_metadata(sequence_metadata([0], [len(chunk)], [range(blocks)], block_size, device))
             ids = torch.tensor(chunk, dtype=torch.int64, device=device)
-            model(ids, torch.arange(len(chunk), device=device), caches, meta)
+            model(ids, torch.arange(len(chunk), device=device), pool.caches, meta)
     finally:
         for handle in handles:
             handle.remove()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from frame.interfaces.attention import AttentionMetadata
+from frame.interfaces.kv_layout import KVPool, sequence_metadata
 from frame.layers import attach_platform_kernels
 from frame.model_source import ModelSource
 from frame.plugins.hooks import PluginHooks
@@ -47,9 +47,7 @@ class DraftModel:
         attach_platform_kernels(self.model, sel.platform)  # type: ignore[attr-defined]
         spec = self.model.kv_cache_spec
         self.block_size, self.max_model_len = block_size, max_model_len
-        self.kv = torch.empty((spec.num_layers, 2, num_blocks, block_size, spec.num_kv_heads, spec.head_dim),
-                              dtype=self.dtype, device=self.device)
-        self.kv_caches = [(self.kv[i, 0], self.kv[i, 1]) for i in range(spec.num_layers)]
+        self.pool = KVPool(spec, num_blocks, block_size, self.dtype, self.device)
         self._free = list(range(num_blocks - 1, -1, -1))
         self._tables: dict[str, list[int]] = {}
         self._computed: dict[str, int] = {}
@@ -80,7 +78,7 @@ class DraftModel:
         loaded draft model under several pool sizes this way)."""
         self._tables.clear()
         self._computed.clear()
-        total = self.kv.shape[2] if num_blocks is None else min(num_blocks, self.kv.shape[2])
+        total = self.pool.num_blocks if num_blocks is None else min(num_blocks, self.pool.num_blocks)
         self._free = list(range(total - 1, -1, -1))
 
     def drop(self, req_id: str) -> None:
@@ -93,32 +91,18 @@ class DraftModel:
     def extend(self, items: Sequence[tuple[str, Sequence[int]]]) -> torch.Tensor:
         """Compute the KV of each item's new tokens after what its request holds, in one forward; returns the
         float32 logits of each item's last new token ``[len(items), vocab]``. Call :meth:`reserve` first."""
-        bs = self.block_size
-        ids, positions, slots, query_lens, seq_lens, tables = [], [], [], [], [], []
+        ids, positions, contexts, query_lens, tables = [], [], [], [], []
         for req_id, tokens in items:
-            start, table = self.num_computed(req_id), self._tables[req_id]
-            span = np.arange(start, start + len(tokens))
+            start = self.num_computed(req_id)
             ids.append(np.asarray(tokens, dtype=np.int64))
-            positions.append(span)
-            slots.append(np.asarray(table, dtype=np.int64)[span // bs] * bs + span % bs)
+            positions.append(np.arange(start, start + len(tokens)))
+            contexts.append(start)
             query_lens.append(len(tokens))
-            seq_lens.append(start + len(tokens))
-            tables.append(table)
+            tables.append(self._tables[req_id])
             self._computed[req_id] = start + len(tokens)
-        width = max(len(t) for t in tables)
-        block_tables = np.zeros((len(tables), width), dtype=np.int32)
-        for i, table in enumerate(tables):
-            block_tables[i, : len(table)] = table
-        ends = np.cumsum(query_lens)
         dev = self.device
-        common = AttentionMetadata(
-            query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            block_tables=torch.from_numpy(block_tables).to(dev),
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
-            query_lens=query_lens, seq_lens_host=seq_lens, block_size=bs,
-        )
-        meta = self.attention.build_metadata(common)
+        meta = self.attention.build_metadata(sequence_metadata(contexts, query_lens, tables, self.block_size, dev))
         hidden = self.model(torch.from_numpy(np.concatenate(ids)).to(dev),
-                            torch.from_numpy(np.concatenate(positions)).to(dev), self.kv_caches, meta)
+                            torch.from_numpy(np.concatenate(positions)).to(dev), self.pool.caches, meta)
+        ends = np.cumsum(query_lens)
         return self.model.compute_logits(hidden[torch.from_numpy(ends - 1).to(dev)]).float()

@@ -17,7 +17,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.kv_layout import decode_metadata
 from frame.interfaces.model import CausalLM
 
 log = logging.getLogger("frame.graphs")
@@ -72,11 +73,8 @@ class DecodeGraphs:
         return next((size for size in self.sizes if size >= num_seqs and size in self.replays), None)
 
     def _step_fn(self, size: int) -> Callable[[], torch.Tensor]:
-        common = AttentionMetadata(
-            query_start_loc=self.query_start_loc[: size + 1], seq_lens=self.seq_lens[:size],
-            block_tables=self.block_tables[:size], slot_mapping=self.slot_mapping[:size], query_lens=[1] * size,
-            seq_lens_host=[self.max_model_len] * size, block_size=self.block_size,
-        )
+        common = decode_metadata(self.query_start_loc, self.seq_lens, self.block_tables, self.slot_mapping, size,
+                                 self.max_model_len, self.block_size)
         meta = self.attention.build_metadata(common)
         ids, positions = self.input_ids[:size], self.positions[:size]
         return lambda: self.model.compute_logits(self.model(ids, positions, self.kv_caches, meta))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 
 import torch.distributed as dist
 
 from frame.config import EngineConfig
+from frame.engine.process import CORES_ON_NODE_ENV
 from frame.engine.selection import select
 from frame.engine.worker.model_worker import Worker
 from frame.parallel import Communicator, ParallelContext
@@ -25,17 +25,6 @@ from frame.plugins.registry import PluginRegistry
 #: How long a collective may wait for the other ranks before it fails (a dead peer is normally noticed sooner,
 #: by the executor, which then stops every worker).
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
-
-
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, for the process group's rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-#: Set in the environment of a data-parallel core's Ray actors: how many engine cores Ray placed on their node.
-CORES_ON_NODE_ENV = "FRAME_CORES_ON_NODE"
 
 
 def placement_rank(config: EngineConfig, tp_rank: int = 0) -> tuple[int, int]:

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from frame.engine import bitmask
 from frame.engine.wire.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.worker.batch import PersistentBatch
 from frame.engine.worker.graphs import Capture, DecodeGraphs
-from frame.engine.worker.sampler import Sampler
+from frame.engine.worker.sampler import Sampler, mask_disallowed
 from frame.engine.worker.speculation import verify
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.grammar import from_bytes
+from frame.interfaces.kv_layout import KVPool, step_metadata
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import ProposalRequest, Proposer
 
@@ -74,9 +75,7 @@ class ModelRunner:
         self.block_size = block_size
         self.batch = PersistentBatch(max_num_seqs, max_model_len, block_size)
         self.sampler = Sampler(seed)
-        self.kv: torch.Tensor | None = None
-        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.num_scratch_blocks = 0
+        self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
         self.proposer: Proposer | None = None
         self.draft_batch_limit: int | None = None  # no drafts when more requests than this decode in a step
@@ -87,23 +86,26 @@ class ModelRunner:
         return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.dtype)
 
     def allocate_kv(self, num_blocks: int, scratch_block: bool = False) -> None:
-        """Allocate the pool: one tensor ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]``, plus one
-        block past the end that no request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
-        spec = self.model.kv_cache_spec
-        self.num_scratch_blocks = int(scratch_block)
-        # empty, not zeros: every slot is written before it is read, and zeroing gigabytes costs seconds.
-        self.kv = torch.empty(
-            (spec.num_layers, 2, num_blocks + self.num_scratch_blocks, self.block_size, spec.num_kv_heads,
-             spec.head_dim),
-            dtype=self.dtype, device=self.device,
-        )
-        self.kv_caches = [(self.kv[i, 0], self.kv[i, 1]) for i in range(spec.num_layers)]
+        """Allocate the pool (:class:`~frame.interfaces.kv_layout.KVPool`), plus one block past the end that no
+        request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
+        self.pool = KVPool(self.model.kv_cache_spec, num_blocks, self.block_size, self.dtype, self.device,
+                           scratch_blocks=int(scratch_block))
+
+    @property
+    def kv(self) -> torch.Tensor | None:
+        """The pool's one tensor ``[layers, 2, blocks, block_size, kv_heads, head_dim]`` (None before
+        :meth:`allocate_kv`)."""
+        return self.pool.tensor if self.pool is not None else None
+
+    @property
+    def kv_caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.pool.caches if self.pool is not None else []
 
     def copy_blocks(self, copies: list[BlockCopy]) -> None:
         """Copy slots ``[0, n)`` of each source block into its destination, in every layer."""
-        assert self.kv is not None
+        assert self.pool is not None
         for c in copies:
-            self.kv[:, :, c.dst, : c.num_tokens] = self.kv[:, :, c.src, : c.num_tokens]
+            self.pool.copy_block(c.src, c.dst, c.num_tokens)
 
     # -- the plan -----------------------------------------------------------------------------------------
     def apply_plan(self, plan: SchedulerOutput) -> tuple[np.ndarray, np.ndarray]:
@@ -151,16 +153,7 @@ class ModelRunner:
     def to_device(self, host: HostInputs) -> StepInputs:
         """The model's inputs and the common attention metadata on the model's device."""
         dev = self.device
-        ends = np.cumsum(host.query_lens)
-        meta = AttentionMetadata(
-            query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(dev),
-            seq_lens=torch.from_numpy(host.seq_lens.astype(np.int32)).to(dev),
-            block_tables=torch.from_numpy(host.block_tables).to(dev),
-            slot_mapping=torch.from_numpy(host.slots).to(dev),
-            query_lens=host.query_lens.tolist(),
-            seq_lens_host=host.seq_lens.tolist(),
-            block_size=self.block_size,
-        )
+        meta = step_metadata(host.query_lens, host.seq_lens, host.block_tables, host.slots, self.block_size, dev)
         return StepInputs(
             input_ids=torch.from_numpy(host.input_ids.astype(np.int64)).to(dev),
             positions=torch.from_numpy(host.positions).to(dev),
@@ -170,10 +163,11 @@ class ModelRunner:
 
     def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
         """Record the decode step per batch-size bucket (the pool must have a scratch block past its end)."""
-        assert self.kv is not None and self.num_scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
+        assert self.pool is not None and self.pool.scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
         self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
                                    max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
-                                   block_size=self.block_size, scratch_block=self.kv.shape[2] - 1, capture=capture)
+                                   block_size=self.block_size, scratch_block=self.pool.first_scratch_block,
+                                   capture=capture)
         if not self.graphs.enabled:
             self.graphs = None
         return self.graphs is not None
@@ -220,7 +214,7 @@ class ModelRunner:
         for req_id in plan.grammar_ids:
             row = self.batch.row_of[req_id]
             index.extend(range(start_of[req_id], start_of[req_id] + int(self.batch.num_drafts[row]) + 1))
-        bitmask.apply(logits, index, bitmask.from_bytes(plan.grammar_bitmask, logits.shape[-1]))
+        mask_disallowed(logits, index, from_bytes(plan.grammar_bitmask, logits.shape[-1]))
 
     def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray) -> list[RequestSample]:
         """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens."""

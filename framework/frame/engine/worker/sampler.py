@@ -16,6 +16,7 @@ import torch
 
 from frame.engine.wire.requests import TokenLogprobs
 from frame.engine.worker.batch import PersistentBatch
+from frame.interfaces.grammar import allowed
 from frame.sampling_params import SamplingParams
 
 
@@ -160,3 +161,16 @@ def top_k_top_p_min_p(logits: torch.Tensor, top_k: np.ndarray, top_p: np.ndarray
         floor = probs.max(dim=-1, keepdim=True).values * torch.from_numpy(min_p).to(device, probs.dtype).unsqueeze(1)
         logits = logits.masked_fill(probs < floor, float("-inf"))
     return logits
+
+
+def mask_disallowed(logits: torch.Tensor, row_index: list[int], rows: np.ndarray) -> None:
+    """Set the logits of disallowed tokens to -inf, in place: mask row ``i`` applies to logits row
+    ``row_index[i]``."""
+    if not row_index:
+        return
+    ok = allowed(rows, logits.shape[-1], logits.device)
+    if row_index == list(range(logits.shape[0])):  # every row constrained, in order: no gather
+        logits.masked_fill_(~ok, float("-inf"))
+        return
+    index = torch.tensor(row_index, device=logits.device)
+    logits.index_copy_(0, index, logits.index_select(0, index).masked_fill_(~ok, float("-inf")))

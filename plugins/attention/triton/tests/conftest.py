@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 from frame.interfaces.attention import AttentionMetadata
+from frame.interfaces.kv_layout import step_metadata
 
 HAS_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
@@ -70,12 +72,8 @@ def make_batch(
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
 
-    starts = torch.tensor([0, *torch.cumsum(torch.tensor(query_lens), 0).tolist()], dtype=torch.int32)
-    meta = AttentionMetadata(
-        query_start_loc=starts.to(device), seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        block_tables=tables.to(device), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        query_lens=query_lens, seq_lens_host=seq_lens, block_size=block_size,
-    )
+    meta = step_metadata(np.asarray(query_lens), np.asarray(seq_lens), tables.numpy(),
+                         np.asarray(slots, dtype=np.int64), block_size, device)
     return PagedBatch(
         query=rand(num_tokens, num_heads, head_dim), key=rand(num_tokens, num_kv_heads, head_dim),
         value=rand(num_tokens, num_kv_heads, head_dim),

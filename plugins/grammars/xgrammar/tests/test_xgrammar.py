@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from frame.engine.bitmask import unpack, words_for
 from frame.errors import InvalidSamplingError
+from frame.interfaces.grammar import unpack, words_for
 from frame.model_source import ModelSource
 from frame.sampling_params import StructuredOutputs
 from frame_grammar_xgrammar import XGrammarBackend

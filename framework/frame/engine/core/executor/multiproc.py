@@ -10,9 +10,7 @@ a worker that dies (killed, crashed) is noticed within a tenth of a second: the 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +19,8 @@ import zmq
 
 from frame.config import EngineConfig
 from frame.engine.core.executor.base import Executor, WorkerDiedError
+from frame.engine.process import CONFIG_ENV, MAX_MODEL_LEN_ENV, free_tcp_port, spawn
+from frame.engine.wire.codec import decode, encode
 from frame.engine.wire.core_worker import (
     AllocateKV,
     FromWorker,
@@ -30,12 +30,8 @@ from frame.engine.wire.core_worker import (
     StopWorker,
     WorkerFailed,
     WorkerReady,
-    decode_from_worker,
-    encode,
 )
 from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
-from frame.engine.worker.proc import CONFIG_ENV, MAX_MODEL_LEN_ENV
-from frame.engine.worker.rank import free_tcp_port
 
 log = logging.getLogger("frame.executor")
 
@@ -58,7 +54,7 @@ class MultiprocExecutor(Executor):
         self._procs: list[subprocess.Popen[bytes]] = []
         self._bytes_per_block = 0
         self._closed = False
-        env = {**os.environ, CONFIG_ENV: config.model_dump_json(), MAX_MODEL_LEN_ENV: str(max_model_len)}
+        env = {CONFIG_ENV: config.model_dump_json(), MAX_MODEL_LEN_ENV: str(max_model_len)}
         init_method = f"tcp://127.0.0.1:{free_tcp_port()}"
         try:
             for rank in range(world_size):
@@ -66,12 +62,11 @@ class MultiprocExecutor(Executor):
                 orders.setsockopt(zmq.LINGER, 0)
                 orders.bind(f"ipc://{self._folder}/rank{rank}")
                 self._orders.append(orders)
-                self._procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "frame.engine.worker.proc", "--rank", str(rank),
-                     "--world-size", str(world_size), "--init-method", init_method,
-                     "--inbox", f"ipc://{self._folder}/rank{rank}", "--outbox", f"ipc://{self._folder}/answers",
-                     "--parent-pid", str(os.getpid())],
-                    env=env,
+                self._procs.append(spawn(
+                    "frame.engine.worker.proc",
+                    ["--rank", str(rank), "--world-size", str(world_size), "--init-method", init_method,
+                     "--inbox", f"ipc://{self._folder}/rank{rank}", "--outbox", f"ipc://{self._folder}/answers"],
+                    env, stdin=None,
                 ))
             ready = self._gather(WorkerReady, world_size, START_TIMEOUT_S)
         except BaseException:
@@ -162,7 +157,7 @@ class MultiprocExecutor(Executor):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while len(answers) < count:
             if self._answers.poll(int(POLL_S * 1000)):
-                msg = decode_from_worker(self._answers.recv())
+                msg = decode(self._answers.recv(), FromWorker)
                 if isinstance(msg, WorkerFailed):
                     reason = self._dead_peer() or f"the model worker of rank {msg.rank} failed: {msg.message}"
                     self._stop(graceful=False)

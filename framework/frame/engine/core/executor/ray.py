@@ -16,25 +16,16 @@ from typing import Any
 
 from frame.config import EngineConfig
 from frame.engine.core.executor.base import Executor, WorkerDiedError
-from frame.engine.wire.core_worker import StepDone, WorkerReady, decode_from_worker, encode
-from frame.engine.wire.plan import RunnerOutput, SchedulerOutput, decode_plan
-from frame.engine.wire.plan import encode as encode_plan
+from frame.engine.process import PLACEMENT_GROUP_ENV, free_tcp_port, ray_address
+from frame.engine.wire.codec import decode, encode
+from frame.engine.wire.core_worker import FromWorker, StepDone, WorkerReady
+from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 
 log = logging.getLogger("frame.executor.ray")
-
-#: Set by a data-parallel rank's engine-core actor: the name of the placement group its workers go in.
-PLACEMENT_GROUP_ENV = "FRAME_RAY_PLACEMENT_GROUP"
 
 POLL_S = 0.1
 BLAME_GRACE_S = 2.0  # how long the other ranks get to report an actor death before a survivor is blamed
 START_TIMEOUT_S = 900.0
-
-
-def ray_address(config: EngineConfig) -> str:
-    """Where to find Ray: ``ray_address`` ('auto': the cluster ``ray start`` made on this machine), else
-    ``$RAY_ADDRESS``, else a new local Ray of this process's own ("local"; never a cluster that merely happens to
-    run on this machine, which a bare ``ray.init()`` would join)."""
-    return config.ray_address or os.environ.get("RAY_ADDRESS") or "local"
 
 
 class RayRankWorker:
@@ -48,7 +39,6 @@ class RayRankWorker:
         """``tcp://ip:port`` on this actor's node, for rank 0 to host the process group."""
         import ray
 
-        from frame.engine.worker.rank import free_tcp_port
 
         ip = ray.util.get_node_ip_address()
         return f"tcp://{ip}:{free_tcp_port('0.0.0.0')}"
@@ -65,7 +55,7 @@ class RayRankWorker:
         self.worker.allocate_kv(num_blocks)
 
     def execute(self, plan: bytes) -> bytes | None:
-        output = self.worker.execute(decode_plan(plan))
+        output = self.worker.execute(decode(plan, SchedulerOutput))
         return encode(StepDone(output)) if self.worker.rank == 0 else None
 
 
@@ -102,7 +92,7 @@ class RayExecutor(Executor):
                 self._actors.append(actor_class.options(scheduling_strategy=strategy).remote(
                     config.model_dump_json(), max_model_len, rank, world_size))
             init_method = ray.get(self._actors[0].rendezvous_address.remote(), timeout=START_TIMEOUT_S)
-            ready = [decode_from_worker(b) for b in self._wait([a.build.remote(init_method) for a in self._actors],
+            ready = [decode(b, FromWorker) for b in self._wait([a.build.remote(init_method) for a in self._actors],
                                                                 START_TIMEOUT_S)]
         except BaseException:
             self.shutdown()
@@ -118,9 +108,9 @@ class RayExecutor(Executor):
         self._wait([a.allocate_kv.remote(num_blocks) for a in self._actors], START_TIMEOUT_S)
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
-        data = encode_plan(plan)
+        data = encode(plan)
         results = self._wait([a.execute.remote(data) for a in self._actors], None)
-        done = decode_from_worker(results[0])
+        done = decode(results[0], FromWorker)
         assert isinstance(done, StepDone)
         return done.output
 

@@ -1,0 +1,135 @@
+"""Every child process the engine starts, from both ends: one launcher, one child start-up, one socket pair.
+
+A parent starts a child with :func:`spawn`: ``python -m <module> ... --parent-pid <pid>``, the EngineConfig as JSON
+in the child's environment (:data:`CONFIG_ENV`), addresses as arguments: plain data, never pickle. A child begins
+with :func:`start_child` (its arguments, its log format, SIGINT left to the parent, and :func:`watch_parent`, so it
+ends with its parent) and talks over :class:`ChildSockets` (orders in on a PULL socket, answers out on a PUSH
+socket, both through the wire codec). The engine core's process and the tensor-parallel workers' use all three;
+the chat-template workers use :func:`watch_parent`.
+
+Imports nothing heavy (no torch, no transformers): a light child does not pay for them to watch its parent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import zmq
+
+from frame.engine.wire.codec import decode, encode
+
+if TYPE_CHECKING:
+    from frame.config import EngineConfig
+
+T = TypeVar("T")
+
+#: The EngineConfig, as JSON, in a child's environment.
+CONFIG_ENV = "FRAME_ENGINE_CONFIG"
+#: The context length the engine core resolved, for its worker processes.
+MAX_MODEL_LEN_ENV = "FRAME_MAX_MODEL_LEN"
+#: How many data-parallel engine cores share this host (each takes its share of the cores).
+CORES_ON_NODE_ENV = "FRAME_CORES_ON_NODE"
+#: The Ray placement group an engine-core actor places its tensor-parallel workers in.
+PLACEMENT_GROUP_ENV = "FRAME_RAY_PLACEMENT_GROUP"
+
+_PR_SET_PDEATHSIG = 1
+
+
+def spawn(module: str, args: list[str], env: dict[str, str], stdin: int | None = subprocess.DEVNULL,
+          ) -> subprocess.Popen[bytes]:
+    """Start ``python -m module *args --parent-pid <this process>`` with ``env`` added to this environment."""
+    return subprocess.Popen([sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid())],
+                            env={**os.environ, **env}, stdin=stdin)
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for the process group's rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def ray_address(config: EngineConfig) -> str:
+    """Where to find Ray: ``ray_address`` ('auto': the cluster ``ray start`` made on this machine), else
+    ``$RAY_ADDRESS``, else a new local Ray of this process's own ("local"; never a cluster that merely happens to
+    run on this machine, which a bare ``ray.init()`` would join)."""
+    return config.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+def start_child(prog: str, argv: list[str] | None, add_arguments: Callable[[argparse.ArgumentParser], None],
+                log_format: Callable[[argparse.Namespace], str]) -> argparse.Namespace:
+    """A spawned child's first lines: its arguments (with ``--parent-pid``), its log format, SIGINT ignored (a
+    Ctrl-C reaches the whole process group and the parent stops its children), and the parent watch."""
+    parser = argparse.ArgumentParser(prog=prog)
+    add_arguments(parser)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=log_format(args))
+    watch_parent(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return args
+
+
+def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Exit this process as soon as ``parent_pid`` is no longer its parent (``PR_SET_PDEATHSIG`` where Linux
+    offers it, and a thread that watches ``os.getppid()`` everywhere)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def poll() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(interval_s)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=poll, name="parent-watch", daemon=True).start()
+
+
+class ChildSockets:
+    """A child's two sockets, connected to addresses its parent bound: orders in (PULL), answers out (PUSH)."""
+
+    def __init__(self, inbox: str, outbox: str) -> None:
+        self.ctx = zmq.Context()
+        self.inbox = self.ctx.socket(zmq.PULL)
+        self.inbox.connect(inbox)
+        self.outbox = self.ctx.socket(zmq.PUSH)
+        self.outbox.setsockopt(zmq.LINGER, 2000)  # a last answer (a failure) still leaves before exit
+        self.outbox.connect(outbox)
+
+    def send(self, msg: Any) -> None:
+        self.outbox.send(encode(msg))
+
+    def recv(self, kind: type[T]) -> T:
+        """The next order, waiting as long as it takes."""
+        return decode(self.inbox.recv(), kind)
+
+    def recv_all(self, kind: type[T], timeout_s: float) -> list[T]:
+        """Every order that arrives within ``timeout_s`` of the first (none when nothing came in time)."""
+        msgs: list[T] = []
+        if self.inbox.poll(int(timeout_s * 1000)):
+            while True:
+                try:
+                    msgs.append(decode(self.inbox.recv(zmq.NOBLOCK), kind))
+                except zmq.Again:
+                    break
+        return msgs
+
+    def close(self) -> None:
+        self.inbox.close(linger=0)
+        self.outbox.close()
+        self.ctx.term()

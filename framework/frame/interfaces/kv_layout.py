@@ -1,0 +1,104 @@
+"""The paged KV layout from both sides: the pool that holds a model's KV, and the metadata that tells every backend
+where a step's tokens read and write it. The only place :class:`~frame.interfaces.attention.AttentionMetadata`
+is built: the runner, its recorded decode steps, a draft model, calibration and the attention test suite all set
+up their paged forward here.
+
+The pool is one tensor ``[layers, 2, blocks, block_size, kv_heads, head_dim]``; layer ``i``'s key and value
+caches are its views ``[i, 0]`` and ``[i, 1]`` (the per-layer layout in :mod:`frame.interfaces.attention`).
+Token slot ``s`` of a sequence whose block table is ``t`` is ``t[s // block_size] * block_size + s % block_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from frame.interfaces.attention import AttentionMetadata
+
+if TYPE_CHECKING:
+    from frame.interfaces.model import KVCacheSpec
+
+
+class KVPool:
+    """A model's paged KV on one rank: ``num_blocks`` blocks any request may own, plus ``scratch_blocks`` past
+    them that none owns (padding rows of recorded decode steps write there).
+
+    The storage is ``torch.empty`` unless ``zeroed``: every slot is written before it is read, and zeroing
+    gigabytes costs seconds."""
+
+    def __init__(self, spec: KVCacheSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device | str, scratch_blocks: int = 0, zeroed: bool = False) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.scratch_blocks = scratch_blocks
+        make = torch.zeros if zeroed else torch.empty
+        self.tensor = make((spec.num_layers, 2, num_blocks + scratch_blocks, block_size, spec.num_kv_heads,
+                            spec.head_dim), dtype=dtype, device=device)
+        #: Each layer's ``(key_cache, value_cache)``, ``[blocks, block_size, kv_heads, head_dim]`` views.
+        self.caches = [(self.tensor[i, 0], self.tensor[i, 1]) for i in range(spec.num_layers)]
+
+    @property
+    def first_scratch_block(self) -> int:
+        """The id of the first block past the owned ones."""
+        return self.num_blocks
+
+    def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
+        """Copy slots ``[0, num_tokens)`` of block ``src`` into block ``dst``, in every layer."""
+        self.tensor[:, :, dst, :num_tokens] = self.tensor[:, :, src, :num_tokens]
+
+
+def slots_of(block_table: np.ndarray | Sequence[int], positions: np.ndarray, block_size: int) -> np.ndarray:
+    """The KV slots (int64) of ``positions`` of a sequence with ``block_table``."""
+    table = np.asarray(block_table, dtype=np.int64)
+    return table[positions // block_size] * block_size + positions % block_size
+
+
+def step_metadata(query_lens: np.ndarray, seq_lens: np.ndarray, block_tables: np.ndarray, slot_mapping: np.ndarray,
+                  block_size: int, device: torch.device | str) -> AttentionMetadata:
+    """The common metadata of a flat batch given on the host: each sequence's new tokens (``query_lens``), its
+    length after the step (``seq_lens``), its block table (int32 ``[num_seqs, width]``, padded with 0) and each new
+    token's slot (int64 ``[num_tokens]``); the tensors are copied to ``device``."""
+    ends = np.cumsum(query_lens)
+    return AttentionMetadata(
+        query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(device),
+        seq_lens=torch.from_numpy(np.asarray(seq_lens, dtype=np.int32)).to(device),
+        block_tables=torch.from_numpy(np.ascontiguousarray(block_tables, dtype=np.int32)).to(device),
+        slot_mapping=torch.from_numpy(np.asarray(slot_mapping, dtype=np.int64)).to(device),
+        query_lens=np.asarray(query_lens).tolist(),
+        seq_lens_host=np.asarray(seq_lens).tolist(),
+        block_size=block_size,
+    )
+
+
+def sequence_metadata(context_lens: Sequence[int], query_lens: Sequence[int], block_tables: Sequence[Sequence[int]],
+                      block_size: int, device: torch.device | str = "cpu") -> AttentionMetadata:
+    """Metadata for sequences with ``context_lens`` cached tokens each adding ``query_lens`` new ones;
+    ``block_tables[i]`` lists sequence ``i``'s block ids and must cover its ``context + query`` tokens."""
+    seq_lens = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
+    slots = []
+    for table, context, total in zip(block_tables, context_lens, seq_lens, strict=True):
+        if len(table) * block_size < total:
+            raise ValueError(f"block table {list(table)} cannot hold {total} tokens of block size {block_size}")
+        slots.append(slots_of(table, np.arange(context, total), block_size))
+    width = max((len(t) for t in block_tables), default=0) or 1
+    tables = np.zeros((len(block_tables), width), dtype=np.int32)
+    for i, table in enumerate(block_tables):
+        tables[i, : len(table)] = table
+    return step_metadata(np.asarray(query_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64), tables,
+                         np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64), block_size, device)
+
+
+def decode_metadata(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+                    slot_mapping: torch.Tensor, num_seqs: int, max_seq_len: int, block_size: int,
+                    ) -> AttentionMetadata:
+    """Metadata over fixed device buffers for ``num_seqs`` decodes (one token each), as a recorded decode step
+    reads them: views of the buffers' first rows, which the caller refills before each replay. The host lengths
+    say ``max_seq_len`` for every row (a recording must not depend on the real ones)."""
+    return AttentionMetadata(
+        query_start_loc=query_start_loc[: num_seqs + 1], seq_lens=seq_lens[:num_seqs],
+        block_tables=block_tables[:num_seqs], slot_mapping=slot_mapping[:num_seqs], query_lens=[1] * num_seqs,
+        seq_lens_host=[max_seq_len] * num_seqs, block_size=block_size,
+    )
