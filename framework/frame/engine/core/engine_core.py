@@ -13,15 +13,13 @@ import logging
 import math
 import weakref
 
-import msgspec
-
 from frame.config import EngineConfig, resolve_plugin_options
 from frame.engine.core.executor import Executor
 from frame.engine.core.executor.factory import make_executor
-from frame.engine.core.scheduler import Scheduler
+from frame.engine.core.scheduler import Scheduler, StepOutcome
 from frame.engine.core.structured import StructuredOutputManager
 from frame.engine.selection import Selection, select
-from frame.engine.wire.plan import RequestSample, RunnerOutput, RunningRequest, SchedulerOutput
+from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats, check_request
 from frame.engine.worker.model_worker import head_counts
 from frame.errors import ConfigError
@@ -31,7 +29,7 @@ from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.sequence import Sequence, SequenceStatus
+from frame.sequence import Sequence
 
 log = logging.getLogger("frame.engine")
 
@@ -66,9 +64,8 @@ class EngineCore:
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
         )
         policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
-        self.scheduler = Scheduler(self.limits, self.cache, policy)
         self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size))
-        self._seqs: dict[str, Sequence] = {}
+        self.scheduler = Scheduler(self.limits, self.cache, policy, self.structured, self.eos_token_ids)
         self._stats = EngineStats(num_blocks=self.num_blocks)
         self.hooks.engine_started(config)
 
@@ -133,27 +130,15 @@ class EngineCore:
         return done
 
     def add_request(self, req: EngineRequest) -> None:
+        """Check ``req`` and hand it to the scheduler, which owns it until it finishes (a bad constraint raises)."""
         self.check_request(req)
-        if req.request_id in self._seqs:
-            raise ValueError(f"request id {req.request_id} is already running")
-        if req.params.structured_outputs is not None:
-            self.structured.add(req.request_id, req.params.structured_outputs)  # a bad constraint raises here
-        seq = Sequence(
-            seq_id=req.request_id, prompt_token_ids=list(req.prompt_token_ids), params=req.params,
-            arrival_time=req.arrival_time, priority=req.priority, cache_salt=req.cache_salt,
-            eos_token_ids=self.eos_token_ids,
-        )
-        self._seqs[seq.seq_id] = seq
-        self.scheduler.add(seq)
+        self.scheduler.add_request(req)
 
     def abort(self, request_ids: list[str]) -> list[EngineOutput]:
         """Abort requests wherever they are; their blocks return to the pool. Unknown ids are ignored."""
-        outputs = []
-        for rid in request_ids:
-            seq = self.scheduler.abort(rid)
-            if seq is not None:
-                outputs.append(self._finish(seq, None, 0))
-        return outputs
+        outcome = self.scheduler.abort_requests(request_ids)
+        self._report_finished(outcome.finished)
+        return outcome.outputs
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -161,27 +146,25 @@ class EngineCore:
     @property
     def num_requests(self) -> int:
         """Requests the core holds, running or waiting."""
-        return len(self._seqs)
+        return self.scheduler.num_requests
 
     def outstanding_tokens(self) -> int:
-        """Tokens still to compute for the requests the core holds: prompt (and recomputed) tokens not yet in the
-        KV cache, plus the output tokens each may still produce (to ``max_tokens``, else to the context's end).
-        What a data-parallel router weighs cores by."""
-        total = 0
-        for seq in self._seqs.values():
-            limit = seq.params.max_tokens or self.max_model_len - seq.num_prompt_tokens
-            total += seq.num_uncomputed_tokens + max(0, limit - seq.num_output_tokens)
-        return total
+        """Tokens still to compute for the requests the core holds (:meth:`Scheduler.outstanding_tokens`)."""
+        return self.scheduler.outstanding_tokens()
 
     # -- the loop ---------------------------------------------------------------------------------------
     def step(self) -> list[EngineOutput]:
         """Run one step and return the new tokens of every request that produced any, and of finished ones."""
-        plan = self._with_grammar(self.scheduler.schedule())
+        plan = self.scheduler.schedule()
         if plan.is_empty:
             return []
         result = self.executor.execute(plan)
         outcome = self.scheduler.update(plan, result)
-        completed = self._follow_grammars(result, outcome.finished)
+        self._count(plan, result, outcome)
+        self._report_finished(outcome.finished)
+        return outcome.outputs
+
+    def _count(self, plan: SchedulerOutput, result: RunnerOutput, outcome: StepOutcome) -> None:
         stats = self._stats
         stats.steps += 1
         stats.spec_draft_tokens += outcome.num_draft_tokens
@@ -189,70 +172,12 @@ class EngineCore:
         stats.spec_verifications += sum(1 for r in plan.running if r.spec_token_ids)
         stats.comm_seconds += result.comm_seconds
         stats.prompt_tokens_computed += plan.num_prompt_tokens
-        finished = {s.seq_id for s in outcome.finished} | completed
-        outputs = []
-        for sample in result.samples:
-            count = outcome.appended.get(sample.req_id, 0)
-            if not count:
-                continue
-            stats.generation_tokens += count
-            seq = self._seqs[sample.req_id]
-            if sample.req_id in finished:
-                outputs.append(self._finish(seq, sample, count))
-            else:
-                outputs.append(self._output(seq, sample, count))
-        return outputs
+        stats.generation_tokens += sum(len(o.new_token_ids) for o in outcome.outputs)
 
-    def _with_grammar(self, plan: SchedulerOutput) -> SchedulerOutput:
-        """The plan with the structured-output masks of the constrained requests that sample in it."""
-        if not self.structured.active:
-            return plan
-        sampling: list[tuple[str, list[int]]] = []
-        for req in (*plan.new_requests, *plan.running):
-            seq = self._seqs[req.req_id]
-            drafts = req.spec_token_ids if isinstance(req, RunningRequest) else []
-            if seq.num_computed_tokens + req.num_new_tokens == seq.num_tokens + len(drafts):
-                sampling.append((req.req_id, drafts))
-        ids, _, rows = self.structured.masks(sampling)
-        return msgspec.structs.replace(plan, grammar_ids=ids, grammar_bitmask=rows.astype("<i4").tobytes())
-
-    def _follow_grammars(self, result: RunnerOutput, finished: list[Sequence]) -> set[str]:
-        """Advance the matchers over the emitted tokens; end requests whose grammar completed (a constrained
-        request ignoring EOS still stops there) and keep only drafts the grammar allows. Returns the ids ended."""
-        if not self.structured.active:
-            return set()
-        done = {s.seq_id for s in finished}
-        completed = set()
-        for sample in result.samples:
-            seq = self._seqs.get(sample.req_id)
-            if seq is None or sample.req_id not in self.structured:
-                continue
-            if self.structured.accept(sample.req_id, sample.token_ids) and sample.req_id not in done:
-                self.scheduler.finish(sample.req_id, SequenceStatus.FINISHED_STOPPED)
-                completed.add(sample.req_id)
-            elif seq.spec_token_ids:
-                seq.spec_token_ids = self.structured.valid_drafts(sample.req_id, seq.spec_token_ids)
-        return completed
-
-    def _output(self, seq: Sequence, sample: RequestSample | None, count: int,
-                finish: str | None = None) -> EngineOutput:
-        tokens = sample.token_ids[:count] if sample is not None else []
-        logprobs = None
-        if seq.params.logprobs is not None:
-            logprobs = list(sample.logprobs[:count]) if sample is not None and sample.logprobs else []
-        return EngineOutput(
-            request_id=seq.seq_id, new_token_ids=list(tokens), new_logprobs=logprobs,
-            finish_reason=finish, stop_reason=seq.stop_reason if isinstance(seq.stop_reason, int) else None,
-            num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
-        )
-
-    def _finish(self, seq: Sequence, sample: RequestSample | None, count: int) -> EngineOutput:
-        self._seqs.pop(seq.seq_id, None)
-        self.structured.forget(seq.seq_id)
-        reason = seq.status.value
-        self.hooks.request_finished(seq.seq_id, seq.num_prompt_tokens, seq.num_output_tokens,
-                                    seq.num_cached_tokens, reason)
-        return self._output(seq, sample, count, finish=reason)
+    def _report_finished(self, finished: list[Sequence]) -> None:
+        for seq in finished:
+            self.hooks.request_finished(seq.seq_id, seq.num_prompt_tokens, seq.num_output_tokens,
+                                        seq.num_cached_tokens, seq.status.value)
 
     def stats(self) -> EngineStats:
         s, c = self._stats, self.cache.stats

@@ -1,19 +1,25 @@
 """Scheduler: vLLM-style continuous batching, owned by the engine; a policy plugin makes the choices.
 
-Each step: running requests first (decodes and unfinished prefill chunks), then waiting ones in the policy's
-admission order, under a token budget and a running limit; a prompt longer than the remaining budget is
-prefilled in chunks; when the pool runs dry, the policy's victim loses its blocks and is recomputed later. The
-step goes out as a :class:`~frame.engine.wire.plan.SchedulerOutput` (data only); :meth:`Scheduler.update` then
-advances progress, publishes KV to the cache, appends the sampled tokens, applies the stop rules and frees
-the blocks of finished requests.
+The scheduler owns a request's life in the core: :meth:`Scheduler.add_request` registers it once (its grammar
+compiled by the structured-output manager, its :class:`~frame.sequence.Sequence` queued), and it leaves only
+through a stop, a completed grammar or an abort, its blocks freed. Each step: running requests first (decodes
+and unfinished prefill chunks), then waiting ones in the policy's admission order, under a token budget and a
+running limit; a prompt longer than the remaining budget is prefilled in chunks; when the pool runs dry, the
+policy's victim loses its blocks and is recomputed later. :meth:`Scheduler.schedule` decides which requests
+sample and returns the whole step as a :class:`~frame.engine.wire.plan.SchedulerOutput` (data only, grammar
+masks included); :meth:`Scheduler.update` then advances progress, publishes KV to the cache, appends the sampled
+tokens, applies the stop rules and the grammars, frees the blocks of finished requests and returns the outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from frame.engine.core.outputs import engine_output
 from frame.engine.core.stopping import stop_status
+from frame.engine.core.structured import StructuredOutputManager
 from frame.engine.wire.plan import NewRequest, RunnerOutput, RunningRequest, SchedulerOutput
+from frame.engine.wire.requests import EngineOutput, EngineRequest
 from frame.interfaces.cache import BlockCopy, KVCacheStrategy
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.sequence import Sequence, SequenceStatus
@@ -54,26 +60,33 @@ class _Step:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What :meth:`Scheduler.update` did: tokens appended per request (fewer than sampled when a stop cut them),
-    the requests that finished, and the drafts verified and kept in the step."""
+    """What :meth:`Scheduler.update` (or :meth:`Scheduler.abort_requests`) did: tokens appended per request (fewer
+    than sampled when a stop cut them), the requests that finished (a stop, a completed grammar, an abort), the
+    drafts verified and kept, and the outputs for the clients: every request's new tokens, and finished ones."""
 
     appended: dict[str, int]
     finished: list[Sequence]
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    outputs: list[EngineOutput] = field(default_factory=list)
 
 
 class Scheduler:
     """Queues, budget, chunking, preemption, stop rules and freeing, around a plugin's policy.
 
-    Single-threaded: the engine core calls :meth:`add` and :meth:`abort` between steps, and
-    :meth:`schedule` then :meth:`update` once per step.
+    Single-threaded: the engine core calls :meth:`add_request` and :meth:`abort_requests` between steps, and
+    :meth:`schedule` then :meth:`update` once per step. ``structured`` (None: no request may be constrained)
+    holds the grammar matchers; ``eos_token_ids`` end every request that does not ignore them.
     """
 
-    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy, policy: SchedulingPolicy) -> None:
+    def __init__(self, limits: SchedulerLimits, cache: KVCacheStrategy, policy: SchedulingPolicy,
+                 structured: StructuredOutputManager | None = None, eos_token_ids: frozenset[int] = frozenset(),
+                 ) -> None:
         self.limits = limits
         self.cache = cache
         self.policy = policy
+        self.structured = structured
+        self.eos_token_ids = eos_token_ids
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -101,6 +114,46 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def num_requests(self) -> int:
+        """Requests the scheduler holds, running or waiting."""
+        return len(self._live)
+
+    def get(self, seq_id: str) -> Sequence | None:
+        return self._live.get(seq_id)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for the requests held: prompt (and recomputed) tokens not yet in the KV cache,
+        plus the output tokens each may still produce (to ``max_tokens``, else to the context's end). What a
+        data-parallel router weighs cores by."""
+        total = 0
+        for seq in self._live.values():
+            limit = seq.params.max_tokens or self.limits.max_model_len - seq.num_prompt_tokens
+            total += seq.num_uncomputed_tokens + max(0, limit - seq.num_output_tokens)
+        return total
+
+    def add_request(self, req: EngineRequest) -> Sequence:
+        """Register a client's request: its constraint compiled first (a bad one raises here, before anything is
+        held), then its sequence queued. An id already held raises ValueError."""
+        if req.request_id in self._live:
+            raise ValueError(f"request id {req.request_id} is already running")
+        if req.params.structured_outputs is not None:
+            if self.structured is None:
+                raise ValueError("this scheduler was built without a structured-output manager")
+            self.structured.add(req.request_id, req.params.structured_outputs)
+        seq = Sequence(
+            seq_id=req.request_id, prompt_token_ids=list(req.prompt_token_ids), params=req.params,
+            arrival_time=req.arrival_time, priority=req.priority, cache_salt=req.cache_salt,
+            eos_token_ids=self.eos_token_ids,
+        )
+        self.add(seq)
+        return seq
+
+    def abort_requests(self, seq_ids: list[str]) -> StepOutcome:
+        """Abort requests wherever they are (their blocks return to the pool); unknown ids are ignored."""
+        finished = [seq for seq_id in seq_ids if (seq := self.abort(seq_id)) is not None]
+        return StepOutcome({}, finished, outputs=[engine_output(seq, None, 0, final=True) for seq in finished])
+
     def add(self, seq: Sequence) -> None:
         if seq.finished:
             raise ValueError(f"sequence {seq.seq_id} is already finished ({seq.status.value}); add a new one")
@@ -125,6 +178,8 @@ class Scheduler:
         return seq
 
     def _end(self, seq: Sequence, status: SequenceStatus, reason: int | str | None = None) -> None:
+        if self.structured is not None:
+            self.structured.forget(seq.seq_id)
         self.cache.free(seq)
         seq.finish(status, reason)
         del self._live[seq.seq_id]
@@ -224,8 +279,12 @@ class Scheduler:
     def _plan(self, step: _Step) -> SchedulerOutput:
         new: list[NewRequest] = []
         running: list[RunningRequest] = []
+        sampling: list[tuple[str, list[int]]] = []  # the requests this step samples, with their drafts
         prompt_tokens = 0
         for seq, num_new in step.scheduled:
+            drafts = step.spec.get(seq.seq_id, [])
+            if seq.num_computed_tokens + num_new == seq.num_tokens + len(drafts):
+                sampling.append((seq.seq_id, drafts))
             if seq.is_prefilling:
                 prompt_tokens += min(num_new, seq.num_prompt_tokens - seq.num_computed_tokens)
             table = self.cache.block_table(seq.seq_id)
@@ -243,15 +302,20 @@ class Scheduler:
                 running.append(RunningRequest(
                     req_id=seq.seq_id, new_block_ids=list(table if resumed else table[held:]),
                     num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new, resumed=resumed,
-                    spec_token_ids=step.spec.get(seq.seq_id, []),
+                    spec_token_ids=drafts,
                 ))
             self._runner_blocks[seq.seq_id] = len(table)
         ended, self._ended = self._ended, []
         self._step += 1
+        grammar_ids: list[str] = []
+        grammar_bitmask = b""
+        if self.structured is not None and self.structured.active:
+            grammar_ids, _, rows = self.structured.masks(sampling)
+            grammar_bitmask = rows.astype("<i4").tobytes()
         return SchedulerOutput(
             step=self._step, num_prompt_tokens=prompt_tokens, new_requests=new, running=running,
-            block_copies=step.copies,
-            preempted_ids=[s.seq_id for s in step.preempted], finished_ids=ended,
+            block_copies=step.copies, preempted_ids=[s.seq_id for s in step.preempted], finished_ids=ended,
+            grammar_ids=grammar_ids, grammar_bitmask=grammar_bitmask,
         )
 
     # -- after the step -----------------------------------------------------------------------------------
@@ -290,7 +354,23 @@ class Scheduler:
                 finished.append(seq)
                 continue
             seq.spec_token_ids = sample.draft_token_ids[: self._draft_room(seq)]
-        return StepOutcome(appended, finished, drafted, accepted)
+        finished += self._follow_grammars(output, finished)
+        ended = {seq.seq_id: seq for seq in finished}
+        outputs = []
+        for sample in output.samples:
+            count = appended.get(sample.req_id, 0)
+            seq = self._live.get(sample.req_id) or ended.get(sample.req_id)
+            if count and seq is not None:
+                outputs.append(engine_output(seq, sample, count, final=sample.req_id in ended))
+        return StepOutcome(appended, finished, drafted, accepted, outputs)
+
+    def _follow_grammars(self, output: RunnerOutput, finished: list[Sequence]) -> list[Sequence]:
+        """End the requests whose grammar the step's tokens completed (see :meth:`StructuredOutputManager.follow`)."""
+        if self.structured is None or not self.structured.active:
+            return []
+        done = {s.seq_id for s in finished}
+        completed = self.structured.follow(output.samples, self._live, done)
+        return [seq for seq_id in completed if (seq := self.finish(seq_id, SequenceStatus.FINISHED_STOPPED))]
 
     def _append(self, seq: Sequence, tokens: list[int]) -> tuple[int, tuple[SequenceStatus, int | None] | None]:
         """Append sampled tokens one by one until a stop rule says ``seq`` is done; returns how many were

@@ -10,12 +10,17 @@ keeps only the drafts the grammar allows for the next step. The grammar backend 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from frame.interfaces.grammar import GrammarBackend, GrammarMatcher, words_for
 from frame.sampling_params import StructuredOutputs
+
+if TYPE_CHECKING:
+    from frame.engine.wire.plan import RequestSample
+    from frame.sequence import Sequence
 
 #: Compiled grammars kept for reuse (a JSON schema compiles in milliseconds to seconds).
 CACHE_SIZE = 256
@@ -94,6 +99,22 @@ class StructuredOutputManager:
             if matcher.is_terminated() or not matcher.accept(token):
                 break
         return matcher.is_terminated()
+
+    def follow(self, samples: Iterable[RequestSample], live: Mapping[str, Sequence], done: set[str]) -> list[str]:
+        """After a step: advance each constrained request's matcher over the tokens it emitted, and keep only the
+        drafts its grammar allows for the next step (``live[id].spec_token_ids``). Returns the ids, outside
+        ``done`` (requests a stop rule already ended), whose grammar is now complete: they end there, even when
+        ignoring EOS."""
+        completed = []
+        for sample in samples:
+            seq = live.get(sample.req_id)
+            if seq is None or sample.req_id not in self._matchers:
+                continue
+            if self.accept(sample.req_id, sample.token_ids) and sample.req_id not in done:
+                completed.append(sample.req_id)
+            elif seq.spec_token_ids:
+                seq.spec_token_ids = self.valid_drafts(sample.req_id, seq.spec_token_ids)
+        return completed
 
     def valid_drafts(self, req_id: str, drafts: list[int]) -> list[int]:
         """The longest prefix of ``drafts`` the grammar allows from ``req_id``'s state (state unchanged)."""
