@@ -27,6 +27,17 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
+def _help(field: Any) -> str:
+    """The field's description, with its EngineConfig default where the description does not state one (the flag
+    itself defaults to None, so that ``--config`` values apply)."""
+    text = field.description or ""
+    if "default" in text or field.default_factory is not None:
+        return text
+    default = field.default
+    shown = ("on" if default else "off") if isinstance(default, bool) else default
+    return f"{text} (default: {shown})"
+
+
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     """Add ``--config``, one flag per EngineConfig field, and the ``--<kind>-opt`` flags."""
     group = parser.add_argument_group("engine")
@@ -38,13 +49,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
             continue
         kind = _base_type(field.annotation)
         if kind is bool:
-            group.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None,
-                               help=field.description)
+            group.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=_help(field))
         elif typing.get_origin(kind) is typing.Literal:
-            group.add_argument(_flag(name), choices=typing.get_args(kind), default=None, help=field.description)
+            group.add_argument(_flag(name), choices=typing.get_args(kind), default=None, help=_help(field))
         else:
             group.add_argument(_flag(name), type=kind if kind in (int, float) else str, default=None,
-                               help=field.description)
+                               help=_help(field))
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> EngineConfig:

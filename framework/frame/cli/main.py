@@ -21,6 +21,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless its text already says it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is argparse.SUPPRESS or default is False
+                or "default" in text):
+            return action.help
+        return f"{text} (default: %(default)s)".lstrip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="frame", description="A plugin-first LLM inference and serving engine.")
     parser.add_argument("--version", action="version", version=f"frame {__version__}")
@@ -32,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
             if err.name != f"frame.cli.{module}":
                 raise
             continue
-        command = sub.add_parser(name, help=help_text, description=help_text)
+        command = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         mod.add_arguments(command)
         command.set_defaults(run=mod.run)
     return parser

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from frame.errors import FrameUsageError
 from frame.plugin_templates import TEMPLATES
-from frame.plugins.kinds import KINDS
 from frame.version import API_VERSION
 
 PYPROJECT = '''[build-system]
@@ -112,6 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def write_skeleton(kind: str, name: str, root: Path) -> Path:
     """Write the plugin folder ``root/frame-<kind>-<name>`` and return it."""
+    from frame.plugins.kinds import KINDS  # imports torch: only once a skeleton is written, not for `frame --help`
+
     if kind not in KINDS:
         raise FrameUsageError(f"Unknown plugin kind '{kind}'; choose one of: {', '.join(KINDS)}.", param="kind")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -146,7 +147,7 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kind", required=True, choices=sorted(KINDS), help="the plugin kind")
+    parser.add_argument("--kind", required=True, choices=sorted(TEMPLATES), help="the plugin kind")
     parser.add_argument("--name", required=True, help="the plugin's name (what users select it by)")
     parser.add_argument("--dir", default=".", help="where to create the plugin folder")
 

@@ -9,9 +9,11 @@ import os
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.config import EngineConfig
-from frame.engine.client import ENGINE_MODES
 from frame.errors import ConfigError
 
+#: The engine forms of ``--engine`` (frame.engine.client's ENGINE_MODES, spelled out: importing the engine here would
+#: import torch before ``--help`` or a used port could answer).
+ENGINE_MODES = ("mp", "inproc")
 #: Flags that must be at least 1 (the rest of the numeric server flags must be positive, or 0 for max-logprobs).
 _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars", "max_prompt_chars",
            "max_body_bytes", "max_connections", "tokenizer_workers")
@@ -60,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--enable-reset-prefix-cache", action="store_true",
                         help="serve POST /reset_prefix_cache, which empties the prefix cache (benchmarks resending "
                              "the same prompts start each run cold); off by default, as in vLLM")
-    server.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    server.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="how much the server and the engine log: info adds the start-up summary and request "
+                             "errors, debug each plugin choice and step detail")
     limits = parser.add_argument_group("request limits")
     limits.add_argument("--max-n", type=int, default=16, help="most completions per request")
     limits.add_argument("--max-tokens-limit", type=int, default=None, help="largest max_tokens a request may ask")
@@ -123,12 +127,15 @@ def serve_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from frame.listen import bind_socket
+
+    _check(args)
+    sock = bind_socket(args.host, args.port)  # a port in use fails now, in a second, not after the engine loaded
+    from frame.engine.selection import preflight
     from frame.server import HttpLimits, ServerLimits, ServerSettings, build_app
     from frame.server.runner import run_server
 
-    _check(args)
     config = serve_config(args)
-    from frame.engine.selection import preflight
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
     _check_tool_parser(args.tool_parser)
@@ -150,4 +157,5 @@ def run(args: argparse.Namespace) -> int:
                             max_prompt_chars=args.max_prompt_chars),
     )
     logging.getLogger("frame").setLevel(args.log_level.upper())
-    return run_server(build_app(config, settings), args.host, args.port, args.drain_timeout, args.log_level, http)
+    return run_server(build_app(config, settings), args.host, args.port, args.drain_timeout, args.log_level, http,
+                      sock)

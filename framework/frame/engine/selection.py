@@ -62,8 +62,8 @@ def select_platform(hooks: PluginHooks, name: str) -> str:
         return name
     usable = [n for n in registry.load_all("platform") if hooks.platform_check(n) is None]
     if not usable:
-        raise UnknownPluginError("No installed platform plugin can run here; install frame-platform-cpu.",
-                                 param="platform")
+        raise UnknownPluginError(registry.excluded_note("platform") or "No installed platform plugin can run here; "
+                                 "install frame-platform-cpu.", param="platform")
     return max(usable, key=lambda n: (hooks.platform_priority(n), n))
 
 
@@ -74,6 +74,9 @@ def select_attention(hooks: PluginHooks, name: str, platform: Platform) -> str:
         # The platform chooses among the backends that can serve here, so a preferred backend that cannot (a
         # native kernel without a compiler) gives way to the next instead of failing the start.
         serving = [n for n in registry.load_all("attention") if _can_serve(hooks, n, platform)]
+        excluded = registry.excluded_note("attention")
+        if excluded:
+            raise UnknownPluginError(excluded, param="attn")
         name = platform.preferred_attention(serving or registry.names("attention"))
     registry.load("attention", name)
     supported = hooks.attention_platforms(name)
@@ -143,10 +146,32 @@ def select_model_family(hooks: PluginHooks, architecture: str) -> str:
                          architecture)
             return name
     raise UnknownPluginError(
-        f"No installed model family builds {architecture}; installed families: {', '.join(families) or 'none'} "
-        f"(install a frame-model-* wheel that supports it).",
+        hooks.registry.excluded_note("model") or f"No installed model family builds {architecture}; installed "
+        f"families: {', '.join(families) or 'none'} (install a frame-model-* wheel that supports it).",
         param="model",
     )
+
+
+def context_length(config: EngineConfig, source: ModelSource) -> int:
+    """The engine's context length: ``max_model_len``, or the model's own where it is not set. A length beyond
+    the model's is refused, as vLLM does, rather than clamped without a word."""
+    model_len = source.max_position_embeddings
+    if config.max_model_len is not None and config.max_model_len > model_len:
+        raise ConfigError(
+            f"--max-model-len {config.max_model_len} is beyond {source.name}'s context length of {model_len} tokens "
+            f"(max_position_embeddings in its config); pass at most {model_len}, or leave it unset.",
+            param="max_model_len")
+    return config.max_model_len or model_len
+
+
+def check_tensor_parallel_family(hooks: PluginHooks, config: EngineConfig, family: str) -> None:
+    """A fallback family runs each layer whole on one rank (its modules are the library's own), so tensor
+    parallelism with one is refused here, before any worker starts, instead of failing in every worker."""
+    if config.tensor_parallel_size > 1 and hooks.model_is_fallback(family):
+        raise ConfigError(
+            f"The model family '{family}' is a fallback that runs a model on one rank only; serve it with "
+            f"--tensor-parallel-size 1 (or install a native family for its architecture).",
+            param="tensor_parallel_size")
 
 
 def declared_quantization(hf_config: object) -> str | None:
@@ -196,7 +221,8 @@ def model_options(hooks: PluginHooks, config: EngineConfig, family: str) -> Base
 
 
 def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selection:
-    """Everything that can be checked without loading the model: plugin choices, their options, the model path.
+    """Everything that can be checked without loading the model: plugin choices, their options, the model path,
+    its context length, and a tensor-parallel size its family can run.
 
     ``frame serve`` runs it in the server process before it starts the engine process, so a mistake is one line,
     not a failed child process.
@@ -207,6 +233,9 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     hooks = hooks or PluginHooks(PluginRegistry())
     selection = select(config, hooks)
     source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
+    context_length(config, source)
     select_quantization(hooks, config, source)
-    model_options(hooks, config, select_model_family(hooks, source.architecture))
+    family = select_model_family(hooks, source.architecture)
+    check_tensor_parallel_family(hooks, config, family)
+    model_options(hooks, config, family)
     return selection

@@ -173,6 +173,18 @@ class PluginRegistry:
             return "it is not listed in FRAME_PLUGINS"
         return None
 
+    def excluded_note(self, kind: str) -> str | None:
+        """One sentence for a kind none of whose installed plugins may load because of the escape hatches (``None``
+        when some may, or none is installed): the allow-list, not the machine, is then what is missing."""
+        installed = [p.name for p in self.installed(kind)]
+        if not installed or self.names(kind):
+            return None
+        hatch = "FRAME_PLUGINS" if self.allow is not None else "FRAME_DISABLE_PLUGINS"
+        fix = (f"add the one you need to FRAME_PLUGINS (as {kind}:{installed[0]})" if self.allow is not None
+               else "take them out of FRAME_DISABLE_PLUGINS")
+        return (f"No {kind} plugin may load: {hatch} excludes every installed one ({', '.join(installed)}); {fix} "
+                f"or unset the variable.")
+
     def names(self, kind: str) -> list[str]:
         """Names of the plugins of ``kind`` that may load here (installed and not disabled)."""
         return [p.name for p in self.installed(kind) if self.disabled_reason(kind, p.name) is None]

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
+from frame.listen import bind_socket
 from frame.server.connection import protocol_class
 from frame.server.errors import ServerError
 from frame.server.settings import HttpLimits
@@ -92,8 +94,9 @@ def server_for(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_l
 
 
 def run_server(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
-               http: HttpLimits | None = None) -> int:
-    """Serve until SIGTERM or Ctrl-C (or the supervisor's request to exit); blocks; returns the exit status."""
+               http: HttpLimits | None = None, sock: socket.socket | None = None) -> int:
+    """Serve until SIGTERM or Ctrl-C (or the supervisor's request to exit); blocks; returns the exit status.
+    ``sock`` is the address already bound by :func:`bind_socket` (bound here when None)."""
     server = server_for(app, host, port, drain_timeout_s, log_level, http)
-    server.run()
+    server.run(sockets=[sock or bind_socket(host, port)])
     return server.exit_code

@@ -18,7 +18,13 @@ from frame.engine.core.executor import Executor
 from frame.engine.core.executor.factory import make_executor
 from frame.engine.core.scheduler import Scheduler, StepOutcome
 from frame.engine.core.structured import StructuredOutputManager
-from frame.engine.selection import Selection, select
+from frame.engine.selection import (
+    Selection,
+    check_tensor_parallel_family,
+    context_length,
+    select,
+    select_model_family,
+)
 from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats, check_request
 from frame.engine.worker.model_worker import head_counts
@@ -44,8 +50,7 @@ class EngineCore:
         self.hooks = PluginHooks(self.registry)
         self.selection: Selection = select(config, self.hooks)
         self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
-        self.max_model_len = min(config.max_model_len or self.source.max_position_embeddings,
-                                 self.source.max_position_embeddings)
+        self.max_model_len = context_length(config, self.source)
         self.eos_token_ids = self.source.eos_token_ids
         self._check_tensor_parallel()
         self.executor = self._make_executor()
@@ -73,6 +78,7 @@ class EngineCore:
         """Refuse, before any worker starts, a tensor-parallel size this model's heads cannot be split over."""
         if self.config.tensor_parallel_size == 1:
             return
+        check_tensor_parallel_family(self.hooks, self.config, select_model_family(self.hooks, self.source.architecture))
         num_heads, num_kv_heads, _ = head_counts(self.source.hf_config)
         try:
             HeadPartition.of(num_heads, num_kv_heads, self.config.tensor_parallel_size, 0)
