@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from frame.errors import ConfigError
 
-DType = Literal["auto", "float32", "bfloat16", "float16"]
+#: ``half`` and ``float`` are vLLM's spellings of float16 and float32; the config keeps the canonical name.
+DType = Literal["auto", "float32", "bfloat16", "float16", "half", "float"]
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}
 
 
 class EngineConfig(BaseModel):
@@ -87,6 +89,11 @@ class EngineConfig(BaseModel):
                                                  "plugin")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
+
+    @field_validator("dtype", mode="after")
+    @classmethod
+    def _canonical_dtype(cls, value: str) -> str:
+        return DTYPE_ALIASES.get(value, value)
 
     @model_validator(mode="after")
     def _rank_within_size(self) -> EngineConfig:

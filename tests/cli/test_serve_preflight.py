@@ -38,7 +38,8 @@ def test_serve_with_a_missing_model_is_one_sentence() -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "error: Model path /no/such/model does not exist; pass a Hugging Face folder or a .gguf file to --model."
+        "error: Model path /no/such/model does not exist; pass a Hugging Face folder, a .gguf file or a Hub id "
+        "(org/name) to --model."
     ]
 
 

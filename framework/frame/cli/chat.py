@@ -12,7 +12,7 @@ from frame.cli.generate import add_sampling_flags, sampling_from_args
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", default=None, help="a system message")
     add_sampling_flags(parser)
-    add_engine_flags(parser)
+    add_engine_flags(parser, model_positional=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import types
 import typing
 from typing import Any
 
+from frame.cli.vllm_flags import add_model_positional, add_vllm_aliases, alias_values
 from frame.config import OPTION_SECTIONS, EngineConfig, build_config, load_yaml, parse_key_values
 
 #: Flag spelling for the per-kind option sections: ``--cache-opt key=value``.
@@ -38,8 +39,11 @@ def _help(field: Any) -> str:
     return f"{text} (default: {shown})"
 
 
-def add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config``, one flag per EngineConfig field, and the ``--<kind>-opt`` flags."""
+def add_engine_flags(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
+    """Add ``--config``, one flag per EngineConfig field, the ``--<kind>-opt`` flags and vLLM's names for some of
+    them; with ``model_positional``, the model may also be given as the first argument."""
+    if model_positional:
+        add_model_positional(parser)
     group = parser.add_argument_group("engine")
     group.add_argument("--config", help="YAML file of engine settings; flags override it")
     for name, field in EngineConfig.model_fields.items():
@@ -55,6 +59,7 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(_flag(name), type=kind if kind in (int, float) else str, default=None,
                                help=_help(field))
+    add_vllm_aliases(parser)
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> EngineConfig:
@@ -67,4 +72,4 @@ def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None =
         if name in OPTION_SECTIONS.values():
             value = parse_key_values(value, OPTION_FLAGS[name]) or None
         flags[name] = value
-    return build_config(file_values, **flags)
+    return build_config(file_values, **alias_values(args, flags))

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="then print each request's prompt, cached and generated tokens to stderr")
     add_sampling_flags(parser)
-    add_engine_flags(parser)
+    add_engine_flags(parser, model_positional=True)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.config import EngineConfig
@@ -51,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds running requests may finish after SIGTERM")
     server.add_argument("--prompt-tokens-details", action=argparse.BooleanOptionalAction, default=True,
                         help="report usage.prompt_tokens_details.cached_tokens")
+    server.add_argument("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
+                        help="a Jinja chat template, or a file holding one, to render chats with instead of the "
+                             "tokenizer's own (default: the tokenizer's)")
     server.add_argument("--trust-request-chat-template", action="store_true",
                         help="render chat templates that requests send (chat_template); refused otherwise")
     server.add_argument("--tokenizer-workers", type=int, default=2,
@@ -83,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="seconds an idle kept-alive connection stays open")
     http.add_argument("--max-connections", type=int, default=1024,
                       help="open connections; past it new ones get 503 and are closed")
-    add_engine_flags(parser)
+    add_engine_flags(parser, model_positional=True)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -92,6 +96,20 @@ def _check(args: argparse.Namespace) -> None:
         lowest = 0 if flag in ("max_logprobs", "max_engine_restarts") else 1 if flag in _COUNTS else 0.001
         if value is not None and value < lowest:
             raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {value}.", param=flag)
+
+
+def chat_template(value: str | None) -> str | None:
+    """``--chat-template``'s template: the file's text when it names a file, else the value itself (as vLLM reads
+    it). A value with no Jinja in it that names no file is a missing file, not a template."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    if "{" not in value:
+        raise ConfigError(f"Chat template file {value} does not exist; pass an existing file or the template itself "
+                          "to --chat-template.", param="chat_template")
+    return value
 
 
 def api_keys(args: argparse.Namespace) -> list[str]:
@@ -151,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
         tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=args.tool_parser,
-        enable_reset_prefix_cache=args.enable_reset_prefix_cache,
+        enable_reset_prefix_cache=args.enable_reset_prefix_cache, chat_template=chat_template(args.chat_template),
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
                             max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,
                             max_prompt_chars=args.max_prompt_chars),

@@ -63,6 +63,8 @@ class ServerSettings:
     tool_parser: str = "hermes"
     #: Serve ``POST /reset_prefix_cache`` (benchmarks that resend the same prompts start each run cold).
     enable_reset_prefix_cache: bool = False
+    #: A Jinja chat template that replaces the tokenizer's own (``--chat-template``); None: the tokenizer's.
+    chat_template: str | None = None
 
     @property
     def salt_by_key(self) -> bool:
