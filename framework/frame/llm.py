@@ -9,6 +9,8 @@ template first.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
@@ -24,6 +26,9 @@ from frame.errors import FrameUsageError
 from frame.outputs import RequestOutput
 from frame.plugins.registry import PluginRegistry
 from frame.sampling_params import SamplingParams
+from frame.summary import startup_summary
+
+log = logging.getLogger("frame.llm")
 
 if TYPE_CHECKING:
     from frame.engine.client.sync import DataParallelEngine
@@ -44,6 +49,10 @@ class LLM:
             self.engine: EngineCore | DataParallelEngine = DataParallelEngine(self.config)
         else:
             self.engine = EngineCore(self.config, registry)
+            if log.isEnabledFor(logging.INFO):
+                from frame.engine.mp.loop import ready_message
+
+                log.info("%s", startup_summary(ready_message(self.engine, os.getpid()), self.config, "inproc"))
         self.processor = OutputProcessor(self.get_tokenizer())
         self._ids = itertools.count()
 

@@ -28,6 +28,7 @@ from frame.engine.wire.client_core import (
     StatsReply,
     ToEngine,
 )
+from frame.engine.selection import declared_quantization, select_model_family
 from frame.errors import FrameUsageError
 
 log = logging.getLogger("frame.engine.loop")
@@ -39,10 +40,20 @@ T = TypeVar("T")
 
 
 def ready_message(core: EngineCore, pid: int) -> Ready:
-    """What the client needs to know about a freshly built core."""
+    """What the client needs to know about a freshly built core, and what it runs with."""
+    selection, config = core.selection, core.config
+    dtype = str(selection.dtype).removeprefix("torch.")
+    quantization = config.quantization or declared_quantization(core.source.hf_config)
+    paths = selection.platform.kernel_paths()
+    packed = [path for fmt, path in paths.items() if fmt not in ("float32", "bfloat16", "float16")]
+    isa_path = (packed[0] if quantization and packed else paths.get(dtype, ""))
     return Ready(pid=pid, max_model_len=core.max_model_len, vocab_size=int(core.source.hf_config.vocab_size),
                  num_blocks=core.num_blocks, model_name=core.source.name,
-                 max_speculative_tokens=core.max_speculative_tokens)
+                 max_speculative_tokens=core.max_speculative_tokens,
+                 family=select_model_family(core.hooks, core.source.architecture), dtype=dtype,
+                 quantization=quantization, platform=selection.platform.describe(), isa_path=isa_path,
+                 attn=selection.attn, cache=selection.cache, sched=selection.sched, block_size=config.block_size,
+                 kv_bytes=core.num_blocks * core.executor.bytes_per_block)
 
 
 def drain(inbox: queue.SimpleQueue[T], timeout_s: float) -> list[T]:

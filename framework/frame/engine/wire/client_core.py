@@ -42,7 +42,8 @@ class Shutdown(msgspec.Struct, tag="shutdown"):
 
 # -- engine -> client ---------------------------------------------------------------------------------------
 class Ready(msgspec.Struct, tag="ready"):
-    """The engine core is built: what the client needs to validate requests before sending them."""
+    """The engine core is built: what the client needs to validate requests before sending them, and what it runs
+    with, for the start-up summary (:mod:`frame.summary`)."""
 
     pid: int
     max_model_len: int
@@ -50,6 +51,19 @@ class Ready(msgspec.Struct, tag="ready"):
     num_blocks: int
     model_name: str
     max_speculative_tokens: int = 0
+    family: str = ""
+    dtype: str = ""
+    #: The quantization plugin that keeps the weights packed; None: dense weights.
+    quantization: str | None = None
+    platform: str = ""
+    #: The platform's kernel path for this dtype's (or quantization's) linears; "" where it names none.
+    isa_path: str = ""
+    attn: str = ""
+    cache: str = ""
+    sched: str = ""
+    block_size: int = 0
+    #: Bytes of one rank's KV pool.
+    kv_bytes: int = 0
 
 
 class CoreLoad(msgspec.Struct, array_like=True):

@@ -1,0 +1,58 @@
+"""The start-up summary: one block, logged at info once the engine is ready, that says what runs.
+
+It answers what a newcomer and a vLLM user look for in the first minute: which model and family, in which dtype
+and quantization, on which platform and ISA path, with which attention backend, KV-cache strategy and scheduler,
+over how many ranks and with which router, and how big the KV pool is: in GiB, in tokens, and as the number of
+requests of the full context length it holds at once (vLLM's "maximum concurrency").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from frame.config import EngineConfig
+
+if TYPE_CHECKING:
+    from frame.engine.mp.messages import Ready
+
+_GIB = 1 << 30
+
+
+def kv_tokens(ready: Ready) -> int:
+    """Tokens one core's KV pool holds."""
+    return ready.num_blocks * ready.block_size
+
+
+def max_concurrency(ready: Ready, data_parallel_size: int = 1) -> float:
+    """Requests of ``max_model_len`` tokens each that all cores' pools hold at once."""
+    return kv_tokens(ready) * data_parallel_size / ready.max_model_len
+
+
+def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
+    """The summary block for an engine built from ``config`` that reported ``ready`` (its first core's report,
+    when there are several: they are built alike)."""
+    dp, tp = config.data_parallel_size, config.tensor_parallel_size
+    cores = f"{dp} engine core{'s' if dp > 1 else ''} ({mode}, pid {ready.pid}{' of rank 0' if dp > 1 else ''})"
+    router = f"router {config.router}" if dp > 1 else "no router (one core)"
+    quantization = (f"{ready.quantization} (weights kept packed)" if ready.quantization
+                    else f"none (dense {ready.dtype} weights)")
+    prefix = "no prefix caching" if ready.cache == "none" else "prefix caching on"
+    graphs = "on where the platform records them" if config.cuda_graphs else "off (--enforce-eager / --no-cuda-graphs)"
+    rows = [
+        ("model", f"{ready.model_name} (family {ready.family}, max_model_len {ready.max_model_len})"),
+        ("dtype", ready.dtype),
+        ("quantization", quantization),
+        ("platform", ready.platform),
+        ("ISA path", ready.isa_path or "torch's own kernels"),
+        ("attention", ready.attn),
+        ("cache", f"{ready.cache} ({prefix}), block size {ready.block_size}"),
+        ("scheduler", f"{ready.sched}, at most {config.max_num_seqs} sequences and {config.max_num_batched_tokens} "
+                      "tokens a step"),
+        ("ranks", f"{cores} x {tp} tensor-parallel rank{'s' if tp > 1 else ''}; {router}"),
+        ("KV pool", f"{ready.kv_bytes / _GIB:.2f} GiB{' per rank' if tp > 1 else ''}, {kv_tokens(ready)} tokens "
+                    f"({ready.num_blocks} blocks) per core"),
+        ("max concurrency", f"{max_concurrency(ready, dp):.2f} requests of {ready.max_model_len} tokens at once"),
+        ("decode graphs", graphs),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(["frame is ready:", *(f"  {name:<{width}}  {value}" for name, value in rows)])
