@@ -50,7 +50,7 @@ class LLM:
         else:
             self.engine = EngineCore(self.config, registry)
             if log.isEnabledFor(logging.INFO):
-                from frame.engine.mp.loop import ready_message
+                from frame.engine.core.loop import ready_message
 
                 log.info("%s", startup_summary(ready_message(self.engine, os.getpid()), self.config, "inproc"))
         self.processor = OutputProcessor(self.get_tokenizer())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from frame.config import EngineConfig
 
 if TYPE_CHECKING:
-    from frame.engine.mp.messages import Ready
+    from frame.engine.wire.client_core import Ready
 
 _GIB = 1 << 30
 

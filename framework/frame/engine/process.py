@@ -5,7 +5,9 @@ in the child's environment (:data:`CONFIG_ENV`), addresses as arguments: plain d
 with :func:`start_child` (its arguments, its log format, SIGINT left to the parent, and :func:`watch_parent`, so it
 ends with its parent) and talks over :class:`ChildSockets` (orders in on a PULL socket, answers out on a PUSH
 socket, both through the wire codec). The engine core's process and the tensor-parallel workers' use all three;
-the chat-template workers use :func:`watch_parent`.
+the chat-template workers use :func:`watch_parent`. Ray actors are placed through placement groups instead: a
+placement the cluster cannot hold is refused at once (:func:`check_fits`), one that stays unmet fails after
+:data:`PLACEMENT_TIMEOUT_S` (:func:`wait_placed`), each naming the resources asked for and those Ray has.
 
 Imports nothing heavy (no torch, no transformers): a light child does not pay for them to watch its parent.
 """
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import zmq
 
 from frame.engine.wire.codec import decode, encode
+from frame.errors import ConfigError
 
 if TYPE_CHECKING:
     from frame.config import EngineConfig
@@ -133,3 +136,51 @@ class ChildSockets:
         self.inbox.close(linger=0)
         self.outbox.close()
         self.ctx.term()
+
+
+#: How long Ray may take to place a placement group before the start fails naming what it asked for: placing
+#: takes seconds where the resources exist, and waiting longer only hides a request the cluster cannot meet.
+PLACEMENT_TIMEOUT_S = 60.0
+
+
+def placement_error(ray: Any, bundles: list[dict[str, float]], groups: int,
+                    waited_s: float | None = None) -> ConfigError | None:
+    """One sentence naming the resources ``groups`` placement groups of ``bundles`` ask for and what Ray has: when
+    the cluster's total cannot hold them (``waited_s`` None: nothing to wait for), or after ``waited_s`` seconds of
+    waiting for free ones. None when the total holds them and nothing was waited for."""
+    asked: dict[str, float] = {}
+    for bundle in bundles:
+        for name, amount in bundle.items():
+            asked[name] = asked.get(name, 0.0) + amount * groups
+    have = {name: ray.cluster_resources().get(name, 0.0) for name in asked}
+    if waited_s is None and all(asked[name] <= have[name] for name in asked):
+        return None
+    free = {name: ray.available_resources().get(name, 0.0) for name in asked}
+
+    def show(amounts: dict[str, float]) -> str:
+        return ", ".join(f"{amount:g} {name}" for name, amount in sorted(amounts.items()))
+
+    when = f" in {waited_s:.0f} s" if waited_s is not None else ""
+    return ConfigError(
+        f"Ray cannot place {groups} placement group(s) of {bundles}{when}: they ask for {show(asked)} in all, and "
+        f"the Ray cluster has {show(have)} ({show(free)} free); lower --data-parallel-size or "
+        "--tensor-parallel-size, or add nodes to the cluster.", param="data_parallel_size")
+
+
+def check_fits(ray: Any, bundles: list[dict[str, float]], groups: int) -> None:
+    """Before any group is made: a :func:`placement_error` when the cluster's total cannot hold them (as vLLM
+    refuses more GPUs than the cluster has), rather than a wait for resources that no node has."""
+    too_many = placement_error(ray, bundles, groups)
+    if too_many is not None:
+        raise too_many
+
+
+async def wait_placed(ray: Any, groups: list[Any], bundles: list[dict[str, float]]) -> None:
+    """Wait until Ray placed every group; a :func:`placement_error` when its resources stay taken for
+    :data:`PLACEMENT_TIMEOUT_S`."""
+    import asyncio
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(group.ready() for group in groups)), PLACEMENT_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise placement_error(ray, bundles, len(groups), PLACEMENT_TIMEOUT_S) from None

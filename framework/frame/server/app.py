@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
 from frame.config import EngineConfig
-from frame.engine.client import AsyncEngine, EngineClient, make_client
+from frame.engine.client import AsyncEngine, EngineClient, EngineDeadError, make_client
+from frame.errors import FrameUsageError
 from frame.model_source import ModelSource
 from frame.server import chat, completions, routes
 from frame.server.auth import ApiKeyMiddleware
@@ -32,13 +33,36 @@ from frame.server.render_pool import RenderPool
 from frame.server.settings import ServerSettings
 from frame.server.state import ServerState
 from frame.server.supervisor import EngineSupervisor
+from frame.summary import startup_summary
 from frame.version import __version__
 
 log = logging.getLogger("frame.server")
+T = TypeVar("T")
 
 
 def _cannot_exit(code: int) -> None:
     log.error("the server should exit with status %d, but it was not started by run_server", code)
+
+
+async def _unless_stopped(app: FastAPI, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None when SIGTERM or Ctrl-C asked the server to stop first: ``work`` (the engine's
+    start) is then cancelled, which shuts down what it started, rather than waited for (up to many minutes)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    app.state.stop_starting = lambda: loop.call_soon_threadsafe(stop.set)
+    task, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        app.state.stop_starting = None
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.warning("stopped while starting: the engine was shut down before it was ready")
+    return None
 
 
 def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
@@ -56,6 +80,8 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     async def start_prompts() -> tuple[Any, RenderPool]:
         source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
         tokenizer = await asyncio.to_thread(lambda: source.tokenizer)
+        if settings.chat_template is not None:
+            tokenizer.chat_template = settings.chat_template
         pool = RenderPool(render_init(tokenizer), settings.tokenizer_workers, settings.tokenize_timeout_s)
         try:
             await pool.start()
@@ -66,19 +92,29 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        started = await asyncio.gather(start_engine(), start_prompts(), return_exceptions=True)
+        started = await _unless_stopped(app, asyncio.gather(start_engine(), start_prompts(),
+                                                            return_exceptions=True))
+        if started is None:  # the server exits at once: should_exit is set
+            yield
+            return
         if any(isinstance(r, BaseException) for r in started):
             client, prompts = started
             if isinstance(client, EngineClient):
                 await client.shutdown()
             if isinstance(prompts, tuple):
                 await prompts[1].close()
-            raise next(r for r in started if isinstance(r, BaseException))
+            err = next(r for r in started if isinstance(r, BaseException))
+            if not isinstance(err, EngineDeadError | FrameUsageError):
+                raise err
+            # A start that failed for a stated reason (a placement Ray cannot meet, a model family that refuses
+            # the checkpoint) is that reason, in one line, and exit status 1, not uvicorn's traceback.
+            log.error("the engine did not start: %s", err)
+            app.state.request_exit(1)
+            yield
+            return
         client, (tokenizer, pool) = started  # type: ignore[misc]
         info = client.info
-        log.info("engine ready (%s mode, pid %s, %d data-parallel rank%s): %s, max_model_len %d, %d KV blocks "
-                 "per rank", client.mode, client.pid, config.data_parallel_size,
-                 "s" if config.data_parallel_size > 1 else "", info.model_name, info.max_model_len, info.num_blocks)
+        log.info("%s", startup_summary(info, config, client.mode))
         stops = sorted({tokenizer.eos_token_id} - {None})
         state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, ServerMetrics(),
                             Prompts(tokenizer, pool, settings),
@@ -107,6 +143,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="frame", version=__version__, lifespan=lifespan)
     app.state.frame = None
     app.state.request_exit = _cannot_exit
+    app.state.stop_starting = None
     install_error_handlers(app)
     for module in (routes, completions, chat):
         app.include_router(module.router)

@@ -62,6 +62,9 @@ class DrainingServer(uvicorn.Server):
         state = getattr(self.app.state, "frame", None)
         if self._draining_since is not None or state is None or self._loop is None:
             super().handle_exit(sig, frame)  # a second signal, or nothing to drain: exit now
+            stop_starting = getattr(self.app.state, "stop_starting", None)
+            if stop_starting is not None:  # still starting: stop the engine's start instead of waiting for it
+                stop_starting()
             return
         self._signals.append(sig)
         self._draining_since = time.monotonic()

@@ -28,14 +28,13 @@ from typing import Any
 from frame.config import EngineConfig
 from frame.engine.client.base import EngineClient
 from frame.engine.core.ray_actor import EngineCoreActor
-from frame.engine.process import CORES_ON_NODE_ENV, PLACEMENT_GROUP_ENV, ray_address
+from frame.engine.process import CORES_ON_NODE_ENV, PLACEMENT_GROUP_ENV, check_fits, ray_address, wait_placed
 from frame.engine.wire.client_core import FromEngine, Shutdown, ToEngine
 from frame.engine.wire.codec import decode, encode
 
 log = logging.getLogger("frame.engine.ray")
 
 POLL_S = 0.5
-START_TIMEOUT_S = 900.0
 _GPU_PLATFORMS = ("cuda", "rocm")
 
 
@@ -91,10 +90,10 @@ class RaySession:
         ray = self.connect()
         from ray.util.placement_group import placement_group
 
+        check_fits(ray, self.bundles(), self.config.data_parallel_size)
         for rank in range(self.config.data_parallel_size):
             self._groups[rank] = placement_group(self.bundles(), strategy="PACK", name=self._group_name(rank))
-        await asyncio.wait_for(asyncio.gather(*(group.ready() for group in self._groups.values())),
-                               START_TIMEOUT_S)
+        await wait_placed(ray, list(self._groups.values()), self.bundles())
         nodes = {rank: ray.util.placement_group_table(group)["bundles_to_node_id"][0]
                  for rank, group in self._groups.items()}
         self._cores_on_node = {rank: sum(n == node for n in nodes.values()) for rank, node in nodes.items()}

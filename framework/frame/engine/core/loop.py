@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from frame.config import EngineConfig
 from frame.engine.core.engine_core import EngineCore
+from frame.engine.selection import declared_quantization, select_model_family
 from frame.engine.wire.client_core import (
     AbortRequests,
     AddRequests,
@@ -28,7 +29,6 @@ from frame.engine.wire.client_core import (
     StatsReply,
     ToEngine,
 )
-from frame.engine.selection import declared_quantization, select_model_family
 from frame.errors import FrameUsageError
 
 log = logging.getLogger("frame.engine.loop")

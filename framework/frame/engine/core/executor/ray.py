@@ -16,7 +16,14 @@ from typing import Any
 
 from frame.config import EngineConfig
 from frame.engine.core.executor.base import Executor, WorkerDiedError
-from frame.engine.process import PLACEMENT_GROUP_ENV, free_tcp_port, ray_address
+from frame.engine.process import (
+    PLACEMENT_GROUP_ENV,
+    PLACEMENT_TIMEOUT_S,
+    check_fits,
+    free_tcp_port,
+    placement_error,
+    ray_address,
+)
 from frame.engine.wire.codec import decode, encode
 from frame.engine.wire.core_worker import FromWorker, StepDone, WorkerReady
 from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
@@ -26,8 +33,6 @@ log = logging.getLogger("frame.executor.ray")
 POLL_S = 0.1
 BLAME_GRACE_S = 2.0  # how long the other ranks get to report an actor death before a survivor is blamed
 START_TIMEOUT_S = 900.0
-
-
 class RayRankWorker:
     """The body of one rank's actor (wrapped by ``ray.remote`` when the executor starts)."""
 
@@ -77,6 +82,8 @@ class RayExecutor(Executor):
         # after its own are for its workers; otherwise one bundle per rank, packed on as few nodes as possible:
         # tensor parallelism is chatty.
         given = os.environ.get(PLACEMENT_GROUP_ENV)
+        if not given:
+            check_fits(ray, [resource] * world_size, 1)
         self._owns_group = not given
         self._first_bundle = 1 if given else 0
         self._group = (ray.util.get_placement_group(given) if given
@@ -84,7 +91,7 @@ class RayExecutor(Executor):
         self._actors: list[Any] = []
         self._closed = False
         try:
-            ray.get(self._group.ready(), timeout=START_TIMEOUT_S)
+            self._wait_placed()
             actor_class = ray.remote(num_cpus=resource.get("CPU", 0), num_gpus=resource.get("GPU", 0))(RayRankWorker)
             for rank in range(world_size):
                 strategy = PlacementGroupSchedulingStrategy(placement_group=self._group,
@@ -100,6 +107,12 @@ class RayExecutor(Executor):
         assert all(isinstance(msg, WorkerReady) for msg in ready)
         self._kv_blocks = min(msg.kv_blocks for msg in ready)  # type: ignore[union-attr]
         self._bytes_per_block = ready[0].bytes_per_block  # type: ignore[union-attr]
+
+    def _wait_placed(self) -> None:
+        try:
+            self._ray.get(self._group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except self._ray.exceptions.GetTimeoutError:
+            raise placement_error(self._ray, self._group.bundle_specs, 1, PLACEMENT_TIMEOUT_S) from None
 
     def available_kv_blocks(self) -> int:
         return self._kv_blocks
