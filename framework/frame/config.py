@@ -26,13 +26,17 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    model: str | None = Field(None, description="HF folder or .gguf file; default: bundled SmolLM2-135M-Instruct")
+    model: str | None = Field(None, description="HF folder, .gguf file or Hub id (org/name); default: bundled "
+                              "SmolLM2-135M-Instruct")
     tokenizer: str | None = Field(None, description="tokenizer folder, when it differs from the model")
     dtype: DType = Field("auto", description="weights, activations and KV dtype; auto: the platform's choice")
-    max_model_len: int | None = Field(None, ge=16, description="longest sequence (prompt + output); default: model max")
+    max_model_len: int | None = Field(None, ge=16, description="longest sequence (prompt + output), at most the "
+                                      "model's; default: the model's")
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
     num_kv_blocks: int | None = Field(None, ge=1, description="KV pool size in blocks; overrides kv_cache_fraction")
-    kv_cache_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of the platform's memory budget for KV")
+    kv_cache_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of the device's memory (of RAM on a "
+                                     "CPU) the weights and the KV pool may take together (vLLM's "
+                                     "--gpu-memory-utilization)")
     max_num_seqs: int = Field(256, ge=1, description="most sequences running at once")
     # 4096 as vLLM's offline CPU default: on the mixed-batch benchmark it ran 3% faster than 2048 (fewer, fuller
     # steps). Serving, with requests arriving while others decode, 2048 is faster (frame.cli.serve).

@@ -146,6 +146,7 @@ def test_serve_help_shows_defaults_and_explains_the_log_level() -> None:
                          timeout=60, env={**os.environ, "COLUMNS": "200"})
     text = " ".join(out.stdout.split())
     assert "--port PORT port to listen on (default: 8000)" in text
-    assert "--kv-cache-fraction KV_CACHE_FRACTION share of the platform's memory budget for KV (default: 0.9)" in text
+    assert ("--kv-cache-fraction KV_CACHE_FRACTION share of the device's memory (of RAM on a CPU) the weights and "
+            "the KV pool may take together (vLLM's --gpu-memory-utilization) (default: 0.9)") in text
     assert "--cache CACHE KV-cache strategy plugin (default: hashchain)" in text
     assert "--log-level {debug,info,warning,error} how much the server and the engine log" in text

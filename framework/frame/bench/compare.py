@@ -118,6 +118,13 @@ def render(comparison: Comparison, console: Console) -> None:
         console.print(f"tensor parallelism: {ranks} ranks; communication {frame['comm_ms_per_step']:.2f} ms per step "
                       f"({frame['comm_share']:.0%} of frame's wall time, driver rank)")
     if "transformers" in systems:
-        console.print(f"greedy outputs identical for {comparison.greedy_match():.0%} of requests")
+        match = comparison.greedy_match()
+        why = ""
+        if match < 1 and systems["frame"]["dtype"] != "float32":
+            # Not a bug: batched bfloat16 sums round in another order than transformers' do, and a greedy path
+            # parts at the first near-tie; the tests compare float32 token for token and bfloat16 by near-tie.
+            why = (f" ({systems['frame']['dtype']} sums round in another order than transformers' do, so greedy "
+                   "paths part at near-ties; --dtype float32 compares token for token)")
+        console.print(f"greedy outputs identical for {match:.0%} of requests{why}")
     else:
         console.print("transformers baseline skipped (--no-baseline)")
