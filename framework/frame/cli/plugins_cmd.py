@@ -109,10 +109,17 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps([r.__dict__ for r in rows], indent=2))
         return 0
-    table = Table(title="frame plugins")
-    for column in ("kind", "name", "wheel", "version", "runs here", "notes"):
-        table.add_column(column)
+    console = Console()
+    # Below 120 columns the wheel and version give way, so the notes keep a readable width (--json has them all).
+    wide = console.width >= 120
+    table = Table(title="frame plugins" if wide else "frame plugins (wheels and versions: wider terminal or --json)")
+    for column in ("kind", "name", "wheel", "version", "runs here"):
+        if wide or column not in ("wheel", "version"):
+            table.add_column(column, no_wrap=True)
+    table.add_column("notes", ratio=1)
     for r in rows:
-        table.add_row(r.kind, r.name, r.wheel, r.version, "[green]yes[/]" if r.runs_here else "[red]no[/]", r.why)
-    Console().print(table)
+        cells = (r.kind, r.name, *((r.wheel, r.version) if wide else ()),
+                 "[green]yes[/]" if r.runs_here else "[red]no[/]", r.why)
+        table.add_row(*cells)
+    console.print(table)
     return 0
