@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.progress import Progress
 
 from frame.config import build_config, load_yaml
@@ -157,7 +158,7 @@ class LLM:
 
     def _run(self, order: list[str], use_tqdm: bool) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
-        with Progress(disable=not use_tqdm, transient=True) as progress:
+        with Progress(console=Console(stderr=True), disable=not use_tqdm, transient=True) as progress:
             task = progress.add_task("generating", total=len(order))
             while self.engine.has_unfinished():
                 processed = self.processor.process(self.engine.step())

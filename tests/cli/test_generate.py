@@ -38,3 +38,35 @@ def test_several_prompts_run_as_one_batch_and_a_repeat_hits_the_cache(tmp_path: 
 def test_no_prompt_is_one_line_before_any_engine_is_built(argv: list[str], message: str, capsys) -> None:
     assert main(["generate", *argv]) == 2
     assert capsys.readouterr().err.splitlines() == [message]
+
+
+def test_a_terminal_sees_the_load_and_the_batch_progress_on_stderr(tmp_path: Path) -> None:
+    """stderr a terminal (a pty): the load's status line and the batch's progress show there; stdout keeps only
+    the completions."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "frame.cli.main", "generate", "--prompt", QUESTION, "--prompt",
+                             "Name a prime number.", "--max-tokens", "8", "--dtype", "float32", "--max-model-len",
+                             "256"], stdout=subprocess.PIPE, stderr=follower, text=True,
+                            env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out = proc.communicate(timeout=300)[0]
+    os.close(leader)
+    assert proc.returncode == 0
+    text = seen.decode(errors="replace")
+    assert "loading the bundled SmolLM2-135M-Instruct and starting the engine" in text
+    assert "generating" in text
+    assert "Paris" in out and "loading" not in out

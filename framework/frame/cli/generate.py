@@ -101,16 +101,22 @@ def _print_cache_use(llm: LLM, results: list[RequestOutput]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from frame.llm import LLM
 
     prompts = read_prompts(args)  # before the engine is built, so a missing prompt costs nothing
-    llm = LLM(**config_from_args(args).model_dump(exclude_unset=True))
+    config = config_from_args(args)
+    # Loading takes seconds: a terminal is told what is happening (on stderr; nothing when it is not a terminal).
+    stderr = Console(stderr=True)
+    with stderr.status(f"loading {config.model or 'the bundled SmolLM2-135M-Instruct'} and starting the engine"):
+        llm = LLM(**config.model_dump(exclude_unset=True))
     inputs = [_engine_prompt(llm, text, args.raw) for text in prompts]
     params = sampling_from_args(args)
     if len(inputs) == 1 and not args.verbose:
         _stream(llm, inputs[0], params)
         return 0
-    results = llm.generate(inputs, params)
+    results = llm.generate(inputs, params, use_tqdm=stderr.is_terminal)
     _print_batch(prompts, results)
     if args.verbose:
         _print_cache_use(llm, results)
