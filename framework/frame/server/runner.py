@@ -4,7 +4,8 @@ On SIGTERM (or Ctrl-C) the server drains: ``/health`` turns 503, it keeps accept
 generation requests 503 (OpenAI shape, ``Retry-After``), and requests already running finish for up to
 ``drain_timeout_s`` seconds. Those still running then end the way every failed request ends (the error event
 and ``[DONE]`` for a stream, a 503 for a whole response), and uvicorn shuts down; the engine stops last. A second
-signal skips the rest of the drain.
+signal skips the rest of the drain. While the engine is still starting there is nothing to drain: a signal stops
+the start (``app.state.stop_starting``, set by the app's lifespan) and the server exits.
 
 The engine supervisor calls ``app.state.request_exit(code)`` when the server must end for a supervisor outside
 to restart it; :func:`run_server` returns that code.
