@@ -6,7 +6,6 @@ name or a bad plugin option fails here with one sentence, before the model is re
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,9 +16,8 @@ from frame.config import OPTION_SECTIONS, EngineConfig, resolve_plugin_options
 from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
 from frame.interfaces.platform import Platform
 from frame.interfaces.quantization import QuantizationMethod
+from frame.plugins.families import family_for
 from frame.plugins.hooks import PluginHooks
-
-log = logging.getLogger("frame.selection")
 
 if TYPE_CHECKING:  # transformers is heavy: the source is opened only once the choices are checked
     from frame.model_source import ModelSource
@@ -135,21 +133,8 @@ def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
 
 
 def select_model_family(hooks: PluginHooks, architecture: str) -> str:
-    """The installed model family whose ``frame_model_architectures`` lists ``architecture``: a native family
-    first, a fallback family (``frame_model_fallback``) only when no native one lists it."""
-    families = hooks.registry.load_all("model")
-    fallbacks = [name for name in families if hooks.model_is_fallback(name)]
-    for name in [*(f for f in families if f not in fallbacks), *fallbacks]:
-        if architecture in hooks.model_architectures(name):
-            if name in fallbacks:
-                log.info("model family '%s' builds %s as the fallback: no native family claims it", name,
-                         architecture)
-            return name
-    raise UnknownPluginError(
-        hooks.registry.excluded_note("model") or f"No installed model family builds {architecture}; installed "
-        f"families: {', '.join(families) or 'none'} (install a frame-model-* wheel that supports it).",
-        param="model",
-    )
+    """The installed model family that builds ``architecture`` (see :mod:`frame.plugins.families`)."""
+    return family_for(hooks, architecture)
 
 
 def context_length(config: EngineConfig, source: ModelSource) -> int:

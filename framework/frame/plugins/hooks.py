@@ -20,8 +20,6 @@ backend refuses heads that do not group with ValueError, and the conformance sui
 from __future__ import annotations
 
 import logging
-import sys
-import traceback
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -83,16 +81,15 @@ class PluginHooks:
             try:
                 answers.extend(call_one(self.registry.pm, plugin_name, hook, **kwargs))
             except Exception as err:
-                self._trace(err)
+                self._trace(err, f"{plugin_name} {hook}")
                 if (plugin_name, hook) not in self._warned:
                     self._warned.add((plugin_name, hook))
                     log.warning("The plugin '%s' raised in %s (%s); frame carries on without its answer.",
                                 plugin_name, hook, describe(err))
         return answers
 
-    def _trace(self, err: BaseException) -> None:
-        if self.registry.tracing:
-            traceback.print_exception(err, file=sys.stderr)
+    def _trace(self, err: BaseException, where: str) -> None:
+        self.registry.trace_raised(err, where)
 
     # -- every kind -------------------------------------------------------------------------------------
     def options_model(self, kind: str, name: str) -> type[BaseModel] | None:
@@ -119,7 +116,7 @@ class PluginHooks:
         except FrameUsageError:
             raise
         except Exception as err:
-            self._trace(err)
+            self._trace(err, f"attention:{name} frame_attention_check")
             origin = self.registry.info("attention", name).origin
             return f"cannot run here: its frame_attention_check raised {describe(err)} ({origin})"
 

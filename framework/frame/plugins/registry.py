@@ -11,7 +11,7 @@ Escape hatches, read from the environment when the registry is built:
 
 - ``FRAME_PLUGINS=a,b,cache:c``: only the named plugins load (a bare name matches any kind);
 - ``FRAME_DISABLE_PLUGINS=a,b``: these never load;
-- ``FRAME_TRACE_HOOKS=1``: every hook call is written to stderr.
+- ``FRAME_TRACE_HOOKS=1``: every hook call is written to stderr, and the traceback of a probing hook that raised.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -77,6 +78,17 @@ class _Broken:
     sentence: str
     fix: str | None
     cause: BaseException | None
+    #: What went wrong, as a phrase after the plugin's name ("its frame_model_architectures raised ValueError: x").
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A plugin found broken: where it comes from, what went wrong (a phrase), and what the user can do."""
+
+    info: PluginInfo
+    reason: str
+    fix: str
 
 
 def _names_from_env(variable: str) -> frozenset[str] | None:
@@ -211,6 +223,15 @@ class PluginRegistry:
         """``(kind, name) -> one-sentence message`` for every plugin found broken so far."""
         return {key: str(self._error(*key)) for key in self._broken}
 
+    def broken(self, kind: str) -> list[BrokenPlugin]:
+        """The plugins of ``kind`` found broken so far (by :meth:`load_all` or a load by name), by name."""
+        found = []
+        for (k, name), broken in sorted(self._broken.items()):
+            if k == kind:
+                info = self.info(kind, name)
+                found.append(BrokenPlugin(info, broken.reason or broken.sentence, broken.fix or _fix(info, True)))
+        return found
+
     def probe(self, kind: str, name: str, hook: str) -> Any:
         """The plugin's answer now to one of its kind's probing hooks (None when it does not implement it).
 
@@ -242,8 +263,10 @@ class PluginRegistry:
                 module = self._import(info)
                 self.register(kind, name, module, info)
             except _ImportFailed as failed:
+                reason = f"failed to import ({describe(failed.cause)})"
                 self._broken[key] = _Broken(PluginImportError, f"The {kind} plugin '{name}' from {info.origin} "
-                                            f"failed to import ({describe(failed.cause)})", _fix(info), failed.cause)
+                                            f"{reason}", _fix(info), failed.cause, reason)
+                self.trace_raised(failed.cause)
                 return None
             except PluginError as err:
                 self._broken[key] = _Broken(type(err), str(err), None, err)
@@ -260,11 +283,20 @@ class PluginRegistry:
         except Exception as err:
             info = self.info(kind, name)
             self._drop((kind, name))
+            reason = f"its {hook} raised {describe(err)}"
             self._broken[(kind, name)] = _Broken(PluginUnavailableError, f"The {kind} plugin '{name}' "
-                                                 f"({info.origin}) cannot run here: its {hook} raised "
-                                                 f"{describe(err)}", _fix(info, raised=True), err)
+                                                 f"({info.origin}) cannot run here: {reason}",
+                                                 _fix(info, raised=True), err, reason)
+            self.trace_raised(err, f"{kind}:{name} {hook}")
             return _BROKE
         return answers[0] if answers else None
+
+    def trace_raised(self, err: BaseException, where: str | None = None) -> None:
+        """With ``FRAME_TRACE_HOOKS=1``: the exception a plugin raised, with its traceback, on stderr."""
+        if self.tracing:
+            if where is not None:  # pluggy's tracer shows the call, but not that it raised
+                sys.stderr.write(f"  {where} raised {describe(err)}\n")
+            traceback.print_exception(err, file=sys.stderr)
 
     def _import(self, info: PluginInfo) -> ModuleType:
         if info.source is not None:
