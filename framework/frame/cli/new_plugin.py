@@ -60,6 +60,13 @@ A frame {kind} plugin: say here what it does and why one would choose it.
 
 {runs}
 
+## Its contract
+
+A {title} is found through the entry-point group `{group}` (see `pyproject.toml`); its object subclasses
+`{base}` from `{interface}`, and `tests/test_conformance.py` subclasses `{suite}`. Options it declares with a
+`frame_plugin_options` model are given as `{options_key}` in a config file or `{options_flag} KEY=VALUE` on the
+command line. `frame plugins --kinds` lists every kind.
+
 ## Test it, before installing it
 
 In a virtual environment of its own (not frame's):
@@ -123,9 +130,11 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
     folder = root / wheel
     if folder.exists():
         raise FrameUsageError(f"{folder} already exists; choose another name or remove it.", param="name")
-    template = TEMPLATES[kind]
-    values = {"kind": kind, "name": name, "wheel": wheel, "package": package, "group": KINDS[kind].group,
-              "api_version": API_VERSION,
+    template, spec = TEMPLATES[kind], KINDS[kind]
+    values = {"kind": kind, "name": name, "wheel": wheel, "package": package, "group": spec.group,
+              "title": spec.title, "base": spec.base, "interface": spec.interface,
+              "suite": spec.suite.replace(":", "."), "options_key": spec.options_key,
+              "options_flag": spec.options_flag, "api_version": API_VERSION,
               "class_name": "".join(p.capitalize() for p in name.split("_")) + kind.capitalize(),
               "test_requires": " ".join(("frame-engine", "pytest", *template.test_requires))}
     values["select"] = template.select.format(**values)

@@ -88,7 +88,7 @@ def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
     except FrameUsageError:
         pass
     rows = []
-    for kind in KINDS:
+    for kind in KINDS:  # in the kinds table's order
         for info in hooks.registry.installed(kind):
             ok, why = _runs_here(hooks, kind, info.name, platform)
             version = info.version or "-"
@@ -100,9 +100,33 @@ def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--kinds", action="store_true",
+                        help="list the plugin kinds (entry-point group, flag, options, interface, suite) instead")
+
+
+def _kinds(as_json: bool) -> int:
+    """The kinds table itself: what a plugin author needs to start a plugin of any kind."""
+    fields = ("name", "title", "group", "flag", "options_key", "options_flag", "interface", "base", "suite",
+              "probes")
+    rows = [{f: getattr(k, f) for f in fields} for k in KINDS.values()]
+    if as_json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="frame plugin kinds")
+    for column in ("kind", "entry-point group", "flag", "options", "interface", "suite"):
+        table.add_column(column)
+    for k in KINDS.values():
+        table.add_row(f"{k.name} ({k.title})", k.group, f"--{k.flag}" if k.flag else "the checkpoint",
+                      f"{k.options_key}, {k.options_flag}", f"{k.interface}.{k.base}", k.suite)
+    Console().print(table)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kinds:
+        return _kinds(args.json)
     rows = collect()
     if args.json:
         import json

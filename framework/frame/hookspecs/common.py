@@ -12,9 +12,13 @@ def frame_plugin_options() -> type[BaseModel] | None:
     """The pydantic model of this plugin's own options, or None when it takes none.
 
     Called by the core on the selected plugin (only) while building the engine config, before anything is
-    created. Its fields are the keys of the kind's options section of the engine config (``platform_options``,
-    ``attn_options``, ``cache_options`` or ``sched_options`` in YAML, ``--platform-opt``, ``--attn-opt``,
-    ``--cache-opt`` or ``--sched-opt key=value`` on the command line); a key the model does not declare is a
-    config error naming the valid ones, whatever the model's own ``extra`` setting. The validated instance is
-    passed to the plugin's ``create`` hook as ``options``. Since API 1.
+    created. Its fields are the keys of the kind's options section, in YAML and on the command line (``KEY=VALUE``,
+    repeatable): ``platform_options`` (``--platform-opt``), ``attn_options`` (``--attn-opt``), ``cache_options``
+    (``--cache-opt``), ``sched_options`` (``--sched-opt``), ``model_options`` (``--model-opt``),
+    ``speculative_options`` (``--speculative-opt``), ``grammar_options`` (``--grammar-opt``),
+    ``tool_parser_options`` (``--tool-parser-opt``, a ``frame serve`` setting), ``router_options``
+    (``--router-opt``) and ``quantization_options`` (``--quantization-opt``); the kinds table in
+    docs/plugins.md lists them. A key the model does not declare is a config error naming the valid ones, whatever
+    the model's own ``extra`` setting. The validated instance is passed to the plugin's ``create`` hook as
+    ``options``. Since API 1.
     """
