@@ -1,9 +1,10 @@
 """Third parties ship plugins of every kind, as a new author would, and a broken one never takes the others down.
 
 For each kind, `frame new-plugin` writes the skeleton, the author fills it in (the files in ``third_party/`` and a
-few edits) and runs its own tests before installing anything; then builds the wheel. A user installs the wheels
-into a fresh venv from a folder of wheels, frame-engine's own among them, runs `frame plugins` and generates with
-them. Beside them sits a wheel whose plugins raise in their probing hooks or fail to import.
+few edits; the attention backend and the platform are the skeletons as written) and runs its own tests before
+installing anything; then builds the wheel. A user installs the wheels into a fresh venv from a folder of wheels,
+frame-engine's own among them, runs `frame plugins` and generates with them. Beside them sits a wheel whose plugins
+raise in their probing hooks or fail to import.
 
 No index is reachable here, and torch, transformers and the rest cannot be rebuilt as wheels, so each fresh venv
 sees them through a read-only layer: a folder of symlinks to this project's installed third-party packages, minus
@@ -122,31 +123,64 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+#: The GPT-2 author's plugin module and tests: the model skeleton is a Llama-shaped family on frame.layers, and
+#: GPT-2 is not Llama, so this author writes the hooks over a CausalLM of their own (third_party/model.py).
+GPT2_PLUGIN = f'''"""The gpt2 model family plugin: its hooks, over the author's own CausalLM."""
+
+from __future__ import annotations
+
+import torch
+from frame import hookimpl
+from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.model import CausalLM
+from transformers import PretrainedConfig
+
+from frame_model_gpt2.model import Gpt2Model
+
+FRAME_API_VERSION = {API_VERSION}
+
+
+@hookimpl
+def frame_model_architectures() -> list[str]:
+    """GPT-2's Hugging Face architecture."""
+    return ["GPT2LMHeadModel"]
+
+
+@hookimpl
+def frame_model_create(
+    hf_config: PretrainedConfig, dtype: torch.dtype, device: torch.device, attention: AttentionBackend
+) -> CausalLM:
+    """The network for ``hf_config``, its weights not yet loaded."""
+    return Gpt2Model(hf_config, attention).to(device=device, dtype=dtype)
+'''
+GPT2_TESTS = '''"""frame's model-family conformance suite: GPT-2 against transformers, tiny checkpoints."""
+
+from frame.testing.model import ModelFamilySuite
+
+
+class TestGpt2Model(ModelFamilySuite):
+    plugin_name = "gpt2"
+
+    def tiny_config(self, architecture, **overrides):
+        # GPT-2 has no grouped-query attention: as many KV heads as query heads.
+        return super().tiny_config(architecture, num_key_value_heads=4, **overrides)
+'''
+
+
 def _fill_in(kind: str, folder: Path) -> None:
-    """What the author writes into the skeleton: the kind's module, and for some kinds a hook or a test setting."""
+    """What the author writes into the skeleton: the kind's module where the skeleton's is not what they want (the
+    attention and platform skeletons, a plain-torch backend and a host-CPU platform, are kept as written), and
+    for some kinds a hook or the tests."""
     package = folder / f"frame_{kind}_{AUTHORED[kind]}"
     module = TEMPLATES[kind].module
-    shutil.copy(FILLED / f"{module}.py", package / f"{module}.py")
+    if (FILLED / f"{module}.py").exists():
+        shutil.copy(FILLED / f"{module}.py", package / f"{module}.py")
     plugin, tests = package / "plugin.py", folder / "tests" / "test_conformance.py"
     if kind == "attention":  # plain torch: it serves the third-party plain_cpu platform too
         _edit(plugin, 'return ["cpu", "cuda", "rocm"]', 'return ["cpu", "plain_cpu", "cuda", "rocm"]')
     if kind == "model":
-        _edit(plugin, "    return []\n", '    return ["GPT2LMHeadModel"]\n')
-        _edit(tests, '    plugin_name = "gpt2"\n', textwrap.indent(textwrap.dedent('''
-            plugin_name = "gpt2"
-
-            def tiny_config(self, architecture, **overrides):
-                # GPT-2 has no grouped-query attention: as many KV heads as query heads.
-                return super().tiny_config(architecture, num_key_value_heads=4, **overrides)
-        ''').lstrip(), "    "))
-    if kind == "platform":
-        plugin.write_text(plugin.read_text() + textwrap.dedent('''
-
-            @hookimpl
-            def frame_platform_priority() -> int:
-                """Below the cpu platform's 0: --platform auto takes this one only when nothing else can run."""
-                return -1
-        '''))
+        plugin.write_text(GPT2_PLUGIN)
+        tests.write_text(GPT2_TESTS)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,12 @@
 """``frame new-plugin``: write the skeleton of a plugin wheel (pyproject, README, package, conformance tests).
 
-The scheduler, cache and proposer skeletons are complete plugins (an arrival-order policy, a paged allocator
-that reuses nothing, a proposer that repeats the last token) that pass their conformance suites as written; the
-other kinds get their contract's methods to fill in, wired to the hooks and the kind's conformance suite, so
-``pytest`` shows what remains. The tests run before the wheel is installed:
-``tests/conftest.py`` registers the folder's plugin with frame for the test session. Every file is clean under
-the ``ruff`` settings the skeleton's pyproject carries, which are frame's own.
+Every skeleton is a small working plugin of the current API whose conformance suite passes as written, before any
+edit and before install: an arrival-order scheduler, a paged allocator that reuses nothing, a plain-torch reference
+attention backend, a host-CPU platform, a Llama-shaped model family on ``frame.layers`` for a made-up architecture,
+and so on for every kind of :data:`frame.plugins.kinds.KINDS`. The author changes what the plugin does and keeps
+the tests green. ``tests/conftest.py`` registers the folder's plugin with frame for the test session, so the
+tests run before the wheel is installed. Every file is clean under the ``ruff`` settings the skeleton's pyproject
+carries, which are frame's own.
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ def pytest_configure(config: pytest.Config) -> None:
 '''
 
 
+def _camel(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
 def write_skeleton(kind: str, name: str, root: Path) -> Path:
     """Write the plugin folder ``root/frame-<kind>-<name>`` and return it."""
     from frame.plugins.kinds import KINDS  # imports torch: only once a skeleton is written, not for `frame --help`
@@ -135,7 +140,8 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
               "title": spec.title, "base": spec.base, "interface": spec.interface,
               "suite": spec.suite.replace(":", "."), "options_key": spec.options_key,
               "options_flag": spec.options_flag, "api_version": API_VERSION,
-              "class_name": "".join(p.capitalize() for p in name.split("_")) + kind.capitalize(),
+              "camel": _camel(name), "class_name": _camel(name) + _camel(kind),
+              "architecture": f"{_camel(name)}SkeletonForCausalLM", "model_type": f"{name}_skeleton",
               "test_requires": " ".join(("frame-engine", "pytest", *template.test_requires))}
     values["select"] = template.select.format(**values)
     values["runs"] = template.runs

@@ -182,10 +182,14 @@ import json
 import pytest
 from frame.testing.tool_parser import ToolParserConformance
 
+from {package} import plugin
 from {package}.parser import {class_name}
 
 
 class Test{class_name}(ToolParserConformance):
+    plugin_module = plugin  # the suite also creates the parser through the plugin's hooks
+    plugin_name = "{name}"
+
     @pytest.fixture
     def make_parser(self):
         return {class_name}

@@ -2,12 +2,14 @@
 
 A subclass provides ``make_parser`` and :meth:`ToolParserConformance.call_text` (how a model writes one call in the
 parser's format); the suite round-trips calls with text around them, checks that plain text has no calls and
-stays whole, and that streaming never releases a character of a call as content.
+stays whole, and that streaming never releases a character of a call as content. With ``plugin_module`` and
+``plugin_name`` set it also creates the parser through the plugin's hooks, with its options' defaults.
 """
 
 from __future__ import annotations
 
 import json
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +20,10 @@ CALLS = [("get_weather", {"city": "Paris", "days": 3}), ("search", {"query": "fr
 
 class ToolParserConformance:
     """The contract of :class:`~frame.interfaces.tool_parser.ToolParser`."""
+
+    #: The plugin's module and name; when set, the suite also creates the parser through its hooks.
+    plugin_module: ModuleType | None = None
+    plugin_name: str = ""
 
     @pytest.fixture
     def make_parser(self):
@@ -52,3 +58,14 @@ class ToolParserConformance:
             assert safe >= last or end < last, "the safe prefix shrank as text grew"
             last = max(last, safe)
         assert parser.stream_safe_prefix(content) >= len(content.rstrip()) - 1
+
+    def test_created_through_the_plugin_hooks(self) -> None:
+        if self.plugin_module is None:
+            pytest.skip("set plugin_module and plugin_name to check registration and the create hook")
+        from frame.testing.registration import plugin_hooks
+
+        with plugin_hooks("tool_parser", self.plugin_name, self.plugin_module) as (hooks, options):
+            parser = hooks.create_tool_parser(self.plugin_name, options)
+            assert isinstance(parser, ToolParser)
+            parsed = parser.parse(self.call_text(*CALLS[0]))
+            assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == [CALLS[0]]

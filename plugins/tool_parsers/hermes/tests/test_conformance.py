@@ -6,10 +6,13 @@ import json
 
 import pytest
 from frame.testing.tool_parser import ToolParserConformance
-from frame_tool_parser_hermes import HermesToolParser
+from frame_tool_parser_hermes import HermesToolParser, plugin
 
 
 class TestHermesConformance(ToolParserConformance):
+    plugin_module = plugin
+    plugin_name = "hermes"
+
     @pytest.fixture
     def make_parser(self):
         return HermesToolParser
