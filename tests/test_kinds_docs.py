@@ -75,7 +75,7 @@ def test_the_options_hook_docstring_names_every_options_section() -> None:
 
 
 def test_the_engine_configs_options_sections_are_the_tables() -> None:
-    assert {k.name: k.options_key for k in KINDS.values() if not k.server} == OPTION_SECTIONS
+    assert {k.name: k.options_key for k in KINDS.values()} == OPTION_SECTIONS
 
 
 def test_new_plugin_and_frame_plugins_read_the_table(capsys) -> None:

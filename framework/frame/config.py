@@ -91,6 +91,8 @@ class EngineConfig(BaseModel):
         "packed; int8: per output channel); default: the checkpoint's quantization_config, else dense weights")
     quantization_options: dict[str, Any] = Field(default_factory=dict, description="options of the quantization "
                                                  "plugin")
+    tool_parser_options: dict[str, Any] = Field(default_factory=dict, description="options of the tool-call parser "
+                                                "plugin (frame serve's --tool-parser; other commands parse no calls)")
     seed: int = Field(0, description="seed of unseeded sampling")
     trust_remote_code: bool = Field(False, description="allow a checkpoint's own Python code (off unless asked)")
 
@@ -120,7 +122,7 @@ class EngineConfig(BaseModel):
 OPTION_SECTIONS = {"platform": "platform_options", "attention": "attn_options", "cache": "cache_options",
                    "scheduler": "sched_options", "proposer": "speculative_options", "grammar": "grammar_options",
                    "router": "router_options", "model": "model_options",
-                   "quantization": "quantization_options"}
+                   "quantization": "quantization_options", "tool_parser": "tool_parser_options"}
 #: ``speculative: {proposer: ngram, num_speculative_tokens: 4, options: {...}}`` in a config file, flattened.
 SPECULATIVE_SECTION = {"proposer": "speculative_proposer", "num_speculative_tokens": "num_speculative_tokens",
                        "options": "speculative_options",

@@ -14,7 +14,8 @@ from frame.cli.vllm_flags import add_model_positional, add_vllm_aliases, alias_v
 from frame.config import OPTION_SECTIONS, EngineConfig, build_config, load_yaml, parse_key_values
 
 #: Flag spelling for the per-kind option sections: ``--cache-opt key=value``.
-OPTION_FLAGS = {section: f"--{section.removesuffix('_options')}-opt" for section in OPTION_SECTIONS.values()}
+OPTION_FLAGS = {section: f"--{section.removesuffix('_options').replace('_', '-')}-opt"
+                for section in OPTION_SECTIONS.values()}
 
 
 def _flag(name: str) -> str:

@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.config import EngineConfig
@@ -21,11 +22,15 @@ _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars"
 _SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
 
 
-def _check_tool_parser(name: str) -> None:
-    """An unknown or broken ``--tool-parser`` is one line now, not a 500 on the first tool request."""
+def _check_tool_parser(name: str, options: dict[str, Any]) -> None:
+    """An unknown or broken ``--tool-parser``, or an option it does not take, is one line now, not a 500 on the
+    first tool request."""
+    from frame.config import resolve_plugin_options
+    from frame.plugins.hooks import PluginHooks
     from frame.plugins.registry import PluginRegistry
 
-    PluginRegistry().load("tool_parser", name)
+    hooks = PluginHooks(PluginRegistry())
+    resolve_plugin_options("tool_parser", name, options, hooks.options_model("tool_parser", name))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     config = serve_config(args)
 
     preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
-    _check_tool_parser(args.tool_parser)
+    _check_tool_parser(args.tool_parser, config.tool_parser_options)
     from frame.engine.client.dp import check_data_parallel
 
     check_data_parallel(args.engine, config)
@@ -169,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
         tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=args.tool_parser,
+        tool_parser_options=config.tool_parser_options,
         enable_reset_prefix_cache=args.enable_reset_prefix_cache, chat_template=chat_template(args.chat_template),
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
                             max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,

@@ -124,17 +124,33 @@ from __future__ import annotations
 
 from frame import hookimpl
 from frame.interfaces.tool_parser import ToolParser
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from {package}.parser import {class_name}
 
 FRAME_API_VERSION = {api_version}
 
 
+class {class_name}Options(BaseModel):
+    """``--tool-parser-opt KEY=VALUE`` (``tool_parser_options`` in a config file): the tags around a call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    open_tag: str = "<call>"
+    close_tag: str = "</call>"
+
+
+@hookimpl
+def frame_plugin_options() -> type[BaseModel]:
+    """The parser's options, validated by frame when the server starts."""
+    return {class_name}Options
+
+
 @hookimpl
 def frame_tool_parser_create(options: BaseModel | None) -> ToolParser:
-    """A {class_name}."""
-    return {class_name}()
+    """A {class_name} for the configured tags."""
+    chosen = options if isinstance(options, {class_name}Options) else {class_name}Options()
+    return {class_name}(chosen.open_tag, chosen.close_tag)
 ''',
     implementation='''"""{class_name}: the {name} tool-call format, one ``<call>{{json}}</call>`` block per call."""
 
@@ -145,16 +161,18 @@ import re
 
 from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
 
-OPEN, CLOSE = "<call>", "</call>"
-BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
-
 
 class {class_name}(ToolParser):
-    """Calls written as ``<call>{{"name": ..., "arguments": {{...}}}}</call>``; change the format here."""
+    """Calls written as ``<call>{{"name": ..., "arguments": {{...}}}}</call>`` (the tags are options); change the
+    format here."""
+
+    def __init__(self, open_tag: str = "<call>", close_tag: str = "</call>") -> None:
+        self.open = open_tag
+        self.block = re.compile(re.escape(open_tag) + r"(.*?)" + re.escape(close_tag), re.S)
 
     def parse(self, text: str) -> ParsedText:
         calls, pieces, last = [], [], 0
-        for match in BLOCK.finditer(text):
+        for match in self.block.finditer(text):
             try:
                 data = json.loads(match.group(1))
                 call = ToolCall(data["name"], json.dumps(data["arguments"]))
@@ -167,11 +185,11 @@ class {class_name}(ToolParser):
         return ParsedText(content or None, calls)
 
     def stream_safe_prefix(self, text: str) -> int:
-        start = text.find(OPEN)
+        start = text.find(self.open)
         if start >= 0:
             return start
-        for keep in range(min(len(OPEN) - 1, len(text)), 0, -1):
-            if OPEN.startswith(text[-keep:]):
+        for keep in range(min(len(self.open) - 1, len(text)), 0, -1):
+            if self.open.startswith(text[-keep:]):
                 return len(text) - keep
         return len(text)
 ''',
@@ -198,7 +216,7 @@ class Test{class_name}(ToolParserConformance):
         return "<call>" + json.dumps({{"name": name, "arguments": arguments}}) + "</call>"
 ''',
     test_requires=(),
-    select="`frame serve --tool-parser {name}`; chat completions with `tools` and `tool_choice: \"auto\"` "
-           "then return the calls it finds as `tool_calls`.",
+    select="`frame serve --tool-parser {name}` (its options: `--tool-parser-opt 'open_tag=<fn>'`); chat "
+           "completions with `tools` and `tool_choice: \"auto\"` then return the calls it finds as `tool_calls`.",
     runs="In the API server, on the generated text.",
 )

@@ -6,7 +6,7 @@ Every limit has a safe default; docs/serving.md ("Security and limits") lists ea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass
@@ -61,6 +61,9 @@ class ServerSettings:
     tokenize_timeout_s: float = 10.0
     #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.
     tool_parser: str = "hermes"
+    #: Its options (``--tool-parser-opt KEY=VALUE``, ``tool_parser_options`` in a config file), validated against
+    #: its ``frame_plugin_options`` model when the server starts.
+    tool_parser_options: dict[str, Any] = field(default_factory=dict)
     #: Serve ``POST /reset_prefix_cache`` (benchmarks that resend the same prompts start each run cold).
     enable_reset_prefix_cache: bool = False
     #: A Jinja chat template that replaces the tokenizer's own (``--chat-template``); None: the tokenizer's.

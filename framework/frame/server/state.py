@@ -50,11 +50,13 @@ class ServerState:
 
     @functools.cached_property
     def tool_parser(self) -> ToolParser:
-        """The ``--tool-parser`` plugin, loaded on the first chat request with ``tool_choice: auto``."""
+        """The ``--tool-parser`` plugin with its ``--tool-parser-opt`` options, loaded on the first chat request with
+        ``tool_choice: auto``."""
         hooks = PluginHooks(PluginRegistry())
         name = self.settings.tool_parser
-        return hooks.create_tool_parser(name, resolve_plugin_options("tool_parser", name, {},
-                                                                      hooks.options_model("tool_parser", name)))
+        options = resolve_plugin_options("tool_parser", name, self.settings.tool_parser_options,
+                                         hooks.options_model("tool_parser", name))
+        return hooks.create_tool_parser(name, options)
 
     @property
     def ready(self) -> bool:
