@@ -67,10 +67,17 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
                           "it")
         return True, ", ".join(architectures)
     if kind == "quantization":
-        formats = hooks.create_quantization(name, None).formats
+        method = hooks.create_quantization(name, None)
+        declared = {f.name: f for f in method.packed_formats}
         paths = platform.kernel_paths() if platform is not None else {}
         where = platform.name if platform is not None else "no platform"
-        return True, "; ".join(f"{f}: {paths.get(f, 'dequantised reference')} on {where}" for f in formats)
+
+        def served(fmt: str) -> str:
+            own = declared.get(fmt)
+            kernels = f" (its own format; kernels: {', '.join(own.kernels) or 'none'})" if own else ""
+            return f"{fmt}: {paths.get(fmt, 'dequantised reference')} on {where}{kernels}"
+
+        return True, "; ".join(served(f) for f in method.formats)
     return True, ""
 
 

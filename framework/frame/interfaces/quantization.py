@@ -1,9 +1,13 @@
 """QuantizationMethod: how a checkpoint's linear weights are kept quantized, and the packed weights it makes.
 
 A quantization plugin (``--quantization NAME``, or the checkpoint's ``quantization_config``) decides, at load, which
-linear weights stay (or become) quantized, and in which :data:`FORMATS`. It either reads them packed from the
-checkpoint (:meth:`QuantizationMethod.open_weights`: ``gguf`` keeps a GGUF file's blocks) or quantizes dense ones
-once they are loaded (:meth:`QuantizationMethod.quantize`: ``int8`` per output channel). A layer then holds a
+linear weights stay (or become) quantized, and in which packed formats: the core's (:data:`FORMATS`, which the
+in-tree platforms have kernels for) or formats of its own, each declared as a :class:`PackedFormat` (name, layout,
+the :class:`PackedWeight` class whose ``dequantize`` is its reference, the platforms with kernels for it) on the
+weight class (:attr:`PackedWeight.packed_format`) and listed by the method
+(:attr:`QuantizationMethod.packed_formats`). It either reads them packed from the checkpoint
+(:meth:`QuantizationMethod.open_weights`: ``gguf`` keeps a GGUF file's blocks) or quantizes dense ones once they are
+loaded (:meth:`QuantizationMethod.quantize`: ``int8`` per output channel). A layer then holds a
 :class:`PackedWeight` instead of a dense weight, and the platform supplies a kernel per format
 (:meth:`frame.interfaces.platform.Platform.layer_kernel` sees the layer's packed weight); where it has none, the
 layer multiplies by :meth:`PackedWeight.dequantize`'s result, which is also the reference the kernels are tested
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -44,8 +50,31 @@ FORMATS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class PackedFormat:
+    """A packed format a quantization plugin declares for itself (beside the core's :data:`FORMATS`).
+
+    ``layout`` says in words which tensors a weight of the format holds and how they give ``w`` (what a platform
+    needs to write a kernel for it); ``reference`` is the :class:`PackedWeight` class whose ``dequantize`` is the
+    reference every kernel of it matches (and what a layer multiplies by where no kernel serves it); ``kernels``
+    names the platforms that have a kernel for it (none: every platform runs the reference).
+    """
+
+    name: str
+    layout: str
+    reference: type[PackedWeight]
+    kernels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name in FORMATS:
+            raise ValueError(f"the packed format {self.name!r} is one of frame's own; name yours otherwise")
+        if not self.layout.strip():
+            raise ValueError(f"the packed format {self.name!r} needs its layout in words")
+
+
 class PackedWeight(ABC):
-    """A linear weight ``[out, in]`` kept quantized: ``format`` (a key of :data:`FORMATS`) and its tensors.
+    """A linear weight ``[out, in]`` kept quantized: ``format`` (a key of :data:`FORMATS`, or the name of the
+    class's own :attr:`packed_format`) and its tensors.
 
     Every tensor in :attr:`tensors` has ``out`` rows first; :meth:`rows` and :meth:`cat` select and join output
     features across all of them, so the loading code's row operations (``narrow(0, ...)``, indexing by a row
@@ -55,10 +84,15 @@ class PackedWeight(ABC):
 
     #: Inputs per block: a narrow along the inputs must start and end on a block boundary.
     block_inputs: int = 1
+    #: The format a plugin declares for this class's weights, when it is not one of :data:`FORMATS`.
+    packed_format: ClassVar[PackedFormat | None] = None
 
     def __init__(self, format: str, tensors: dict[str, torch.Tensor], in_features: int) -> None:
-        if format not in FORMATS:
-            raise ValueError(f"unknown packed format {format!r}; known: {', '.join(FORMATS)}")
+        own = type(self).packed_format
+        if format not in FORMATS and (own is None or format != own.name):
+            known = ", ".join([*FORMATS, *([own.name] if own else [])])
+            raise ValueError(f"unknown packed format {format!r} for {type(self).__name__}; known: {known} (a "
+                             f"format of a plugin's own is declared as the weight class's packed_format)")
         rows = {t.shape[0] for t in tensors.values()}
         if len(rows) != 1:
             raise ValueError(f"the tensors of a {format} weight disagree on the number of rows: {sorted(rows)}")
@@ -145,6 +179,8 @@ class QuantizationMethod(ABC):
     name: str = ""
     #: The formats this method's weights come in; ``frame plugins`` shows which of them the platform serves natively.
     formats: tuple[str, ...] = ()
+    #: The formats of its own among them (not in :data:`FORMATS`), declared: layout, reference, kernels.
+    packed_formats: tuple[PackedFormat, ...] = ()
 
     def check(self, model_path: Path, hf_config: object) -> str | None:
         """None when this method can serve the checkpoint at ``model_path``; else one sentence why not."""

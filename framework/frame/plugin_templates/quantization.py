@@ -60,7 +60,7 @@ class {class_name}(QuantizationMethod):
         q = torch.round(w / scale).clamp_(-127, 127).to(torch.int8)
         return ChannelInt8({{"q": q, "scale": scale}}, weight.shape[1])
 ''',
-    tests='''"""frame's quantization conformance suite, run against this plugin on the bundled model."""
+    tests='''"""frame's quantization conformance suite, run against this plugin on the suite's dense tiny checkpoint."""
 
 from frame.testing.quantization import QuantizationConformance
 

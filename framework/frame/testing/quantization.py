@@ -1,12 +1,17 @@
 """Conformance suite for quantization plugins: subclass :class:`QuantizationConformance`.
 
-A subclass names its plugin (``plugin_name``) and provides ``checkpoint`` (a fixture: the path of a checkpoint the
-method serves, the bundled GGUF by default). The suite checks the method's contract: it is created through its
-hook, accepts that checkpoint, every weight it packs has the dense weight's shape, dequantises to what the
-checkpoint holds (exactly for weights read packed, within ``rtol`` for weights it quantizes), follows the row
-operations that loading applies (row slices, a row order, concatenation), and a model loaded through it
-(``model_family`` on the ``cpu`` platform with ``sdpa``, float32) gives the dense model's next tokens. The
-platform's kernels serve the packed layers where it has them, so the last check covers them too.
+A subclass names its plugin (``plugin_name``) and may override ``checkpoint`` (a fixture: the path of a checkpoint
+the method serves). By default that is a tiny random Llama with dense float32 weights (:func:`dense_checkpoint`),
+so every weight the method packs is judged against the dense weights it came from: a method whose weights are far
+from them (one that returns zeros) fails. A method that reads packed weights from a format of its own (the ``gguf``
+plugin) passes a checkpoint of that format instead. The suite checks the method's contract: it is created through
+its hook, declares every packed format it uses that is not one of frame's own (:class:`PackedFormat`: layout,
+reference class), accepts the checkpoint, every weight it packs has the dense weight's shape, dequantises to what
+the checkpoint holds (exactly for weights read packed, within ``rtol`` of the largest dense value for weights it
+quantizes), follows the row operations that loading applies (row slices, a row order, concatenation), and a model
+loaded through it (``model_family`` on the ``cpu`` platform with ``sdpa``, float32) gives logits that correlate
+with the dense model's. The platform's kernels serve the packed layers where it has them, so the last check covers
+them too.
 """
 
 from __future__ import annotations
@@ -27,25 +32,39 @@ from frame.weights import open_weights
 PROMPT = [1, 504, 3458, 282, 4649, 314, 2411, 30, 378, 3458, 282, 4649, 314]
 
 
-def _default_checkpoint() -> Path:
-    from frame.model_source import default_model_path
+def dense_checkpoint(folder: Path) -> Path:
+    """A tiny random Llama (2 layers, hidden 256, float32 safetensors) with the bundled model's tokenizer, written
+    to ``folder``: dense weights for a method to quantize, and text for one that calibrates."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    return default_model_path()
+    from frame.model_source import ModelSource
+
+    tokenizer = ModelSource.open(None).tokenizer
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True, initializer_range=0.05, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 class QuantizationConformance:
     """The contract of :class:`~frame.interfaces.quantization.QuantizationMethod` and its packed weights."""
 
     plugin_name: ClassVar[str]
-    #: Largest ``|dequantised - dense| / max|dense|`` of a weight the method quantizes itself.
+    #: Largest ``|dequantised - dense| / max|dense|`` of a weight the method quantizes itself (below 0.5: a method
+    #: must keep the weights, not their shape).
     rtol: ClassVar[float] = 0.05
     model_family: ClassVar[str] = "llama"
-    #: Share of the prompt's positions whose greedy next token must equal the dense model's.
-    min_agreement: ClassVar[float] = 0.75
+    #: Smallest correlation, at any position of the prompt, of the model's logits with the dense model's (int8 per
+    #: channel keeps 0.999 on the default checkpoint, int4 per group of 128 0.9, zeros none).
+    min_correlation: ClassVar[float] = 0.8
 
     @pytest.fixture(scope="class")
-    def checkpoint(self) -> Path:
-        return _default_checkpoint()
+    def checkpoint(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return dense_checkpoint(tmp_path_factory.mktemp("dense"))
 
     @pytest.fixture(scope="class")
     def hooks(self) -> PluginHooks:
@@ -77,7 +96,13 @@ class QuantizationConformance:
     def test_created_through_its_hook(self, method: QuantizationMethod) -> None:
         assert isinstance(method, QuantizationMethod)
         assert method.name == self.plugin_name
-        assert method.formats and set(method.formats) <= set(FORMATS)
+        declared = {f.name: f for f in method.packed_formats}
+        assert method.formats and set(method.formats) <= set(FORMATS) | set(declared), (
+            "a format that is not one of frame's own must be declared in packed_formats")
+        for name, fmt in declared.items():
+            assert issubclass(fmt.reference, PackedWeight) and fmt.reference.packed_format == fmt, name
+            assert isinstance(fmt.kernels, tuple) and fmt.layout.strip(), name
+        assert 0 < self.rtol < 0.5, "rtol must leave a method's weights close to the dense ones"
 
     def test_serves_the_checkpoint(self, method: QuantizationMethod, checkpoint: Path) -> None:
         assert method.check(checkpoint, None) is None
@@ -88,8 +113,11 @@ class QuantizationConformance:
     def test_packed_weights_hold_the_checkpoint(self, method: QuantizationMethod,
                                                 packed: dict[str, tuple[PackedWeight, bool]],
                                                 dense: dict[str, torch.Tensor]) -> None:
+        declared = {f.name: f for f in method.packed_formats}
         for name, (weight, arrived_packed) in packed.items():
             assert weight.format in method.formats, name
+            if weight.format in declared:  # its reference is the declared class's dequantize
+                assert isinstance(weight, declared[weight.format].reference), name
             values = weight.dequantize()
             assert values.dtype == torch.float32 and values.shape == dense[name].shape == weight.shape, name
             assert weight.nbytes < values.numel() * 2, f"{name}: {weight.nbytes} bytes is not smaller than bfloat16"
@@ -117,12 +145,15 @@ class QuantizationConformance:
         assert joined is not None
         torch.testing.assert_close(joined.dequantize(), values, rtol=0, atol=0)
 
-    def test_model_keeps_the_dense_models_tokens(self, hooks: PluginHooks, method: QuantizationMethod,
+    def test_model_keeps_the_dense_models_logits(self, hooks: PluginHooks, method: QuantizationMethod,
                                                  checkpoint: Path) -> None:
-        dense_tokens = self._next_tokens(hooks, None, checkpoint)
-        tokens = self._next_tokens(hooks, method, checkpoint)
-        agreement = (tokens == dense_tokens).float().mean().item()
-        assert agreement >= self.min_agreement, f"{agreement:.2f} of next tokens agree with the dense model's"
+        """Logits, not greedy tokens: a random model's top tokens are too close for token agreement to judge."""
+        dense = self._logits(hooks, None, checkpoint)
+        quantized = self._logits(hooks, method, checkpoint)
+        d, q = dense - dense.mean(-1, keepdim=True), quantized - quantized.mean(-1, keepdim=True)
+        correlation = ((d * q).sum(-1) / (d.norm(dim=-1) * q.norm(dim=-1)).clamp_min(1e-12)).min().item()
+        assert correlation >= self.min_correlation, (
+            f"the logits correlate {correlation:.3f} with the dense model's at worst (< {self.min_correlation})")
 
     @staticmethod
     def _calibrate(model: torch.nn.Module, attention: object, method: QuantizationMethod | None,
@@ -136,7 +167,7 @@ class QuantizationConformance:
         chunks = token_chunks(source.tokenizer(text).input_ids, 256)  # type: ignore[attr-defined]
         return input_absmax(model, attention, chunks, 16, torch.float32, torch.device("cpu"))  # type: ignore[arg-type]
 
-    def _next_tokens(self, hooks: PluginHooks, method: QuantizationMethod | None, checkpoint: Path) -> torch.Tensor:
+    def _logits(self, hooks: PluginHooks, method: QuantizationMethod | None, checkpoint: Path) -> torch.Tensor:
         from frame.model_source import ModelSource
         from frame.testing.model import PagedRunner
 
@@ -153,4 +184,4 @@ class QuantizationConformance:
         finish_loading(model, method, self._calibrate(model, attention, method, source))
         attach_platform_kernels(model, platform)
         runner = PagedRunner(model, attention, 1, len(PROMPT), torch.float32, torch.device("cpu"))
-        return runner.step({0: PROMPT})[0].argmax(-1)
+        return runner.step({0: PROMPT})[0]

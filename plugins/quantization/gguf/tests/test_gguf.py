@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from frame.model_source import default_model_path
+from frame import default_model_path
 from frame.weights import GGMLWeight
 from frame_quantization_gguf import GGUFMethod, GGUFOptions, PackedGGUFWeights
 from pydantic import ValidationError

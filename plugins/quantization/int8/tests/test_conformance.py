@@ -1,4 +1,4 @@
-"""frame's quantization conformance suite, run on the int8 plugin with the bundled model's dense weights."""
+"""frame's quantization conformance suite, run on the int8 plugin with the suite's dense tiny checkpoint."""
 
 from __future__ import annotations
 
