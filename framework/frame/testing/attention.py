@@ -317,10 +317,14 @@ class AttentionBackendSuite:
         out = limited.forward(q, k, v, k_cache, v_cache, plain.build_metadata(meta))
         torch.testing.assert_close(out, expected, **tolerance(torch.float32))
 
+    def low_precision_dtypes(self, platform: Platform) -> list[torch.dtype]:
+        """The 16-bit dtypes to check: float16 and bfloat16, those the platform computes in (a backend whose
+        kernels cannot run one of them somewhere narrows this)."""
+        return [d for d in (torch.float16, torch.bfloat16) if d in platform.supported_dtypes]
+
     def test_low_precision_matches_reference(self, hooks, platform) -> None:
-        """float16 and bfloat16, those of them the platform computes in (one platform offers neither: skipped)."""
-        dtypes = [d for d in (torch.float16, torch.bfloat16) if d in platform.supported_dtypes]
+        dtypes = self.low_precision_dtypes(platform)
         if not dtypes:
-            pytest.skip(f"{platform.describe()} computes in neither float16 nor bfloat16")
+            pytest.skip(f"no 16-bit dtype to check on {platform.describe()}")
         for dtype in dtypes:
             self.check(hooks, platform, 5, 5, self.block_sizes[-2], self.head_layouts[1], self.head_dims[0], dtype)

@@ -276,10 +276,11 @@ class ModelFamilySuite:
 
     def test_one_backend_for_layers_that_need_more_is_refused(self, built, hooks, platform) -> None:
         """Passing a single plain backend to a model whose layers need windows or soft-caps must fail, not serve
-        them with full attention (and a model whose layers are all plain takes it)."""
+        them with full attention, nor layers of another scale (and a model whose layers all have one spec takes
+        it)."""
         reference = built[0]
         specs = family_specs(hooks, self.plugin_name, reference.config, None)
-        if all(not s.features for s in specs):  # then one plain backend is all it needs, and must be taken
+        if not specs[0].features and all(s == specs[0] for s in specs):  # one plain backend serves all: taken
             model = hooks.create_model(self.plugin_name, hf_config=reference.config, dtype=torch.float32,
                                        device=platform.device, attention=built[2], layer_attention=None)
             assert model.kv_cache_spec == built[1].kv_cache_spec
@@ -287,6 +288,6 @@ class ModelFamilySuite:
         plain = create_layer_attention(hooks, self.attention_name, [dataclasses.replace(specs[0], sliding_window=None,
                                                                                         logit_softcap=None)],
                                        world_size=1, rank=0, dtype=torch.float32, platform=platform, options=None)[0]
-        with pytest.raises(ValueError, match=r"sliding_window|logit_softcap"):
+        with pytest.raises(ValueError, match=r"sliding_window|logit_softcap|scale"):
             hooks.create_model(self.plugin_name, hf_config=reference.config, dtype=torch.float32,
                                device=platform.device, attention=plain, layer_attention=None)
