@@ -14,6 +14,10 @@ from frame.errors import InvalidSamplingError
 MAX_LOGPROBS = 20
 
 
+#: The constraint kinds given as a value (``json_object`` is a flag).
+_KINDS = ("json", "regex", "choice", "grammar", "structural_tag")
+
+
 class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A constraint on a request's output, as vLLM's ``structured_outputs``: exactly one of
 
@@ -21,7 +25,9 @@ class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
     - ``json_object``: True, the output is any JSON object;
     - ``regex``: the output matches this regular expression;
     - ``choice``: the output is one of these strings;
-    - ``grammar``: the output is derived from this EBNF (GBNF) grammar's ``root`` rule.
+    - ``grammar``: the output is derived from this EBNF (GBNF) grammar's ``root`` rule;
+    - ``structural_tag``: xgrammar's structural tag (as JSON text), as vLLM's field of that name; the server
+      builds one for forced tool calls (a backend that cannot compile it refuses it naming the field).
 
     The grammar backend (``--grammar-backend``, in-tree ``xgrammar``) compiles it once per distinct constraint and
     masks every token that would leave it. A constraint it cannot compile is a usage error naming the field.
@@ -32,13 +38,15 @@ class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    structural_tag: str | None = None
 
     def __post_init__(self) -> None:
-        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None]
+        given = [name for name in _KINDS if getattr(self, name) is not None]
         given += ["json_object"] if self.json_object else []
         if len(given) != 1:
             raise InvalidSamplingError(
-                "structured_outputs must set exactly one of json, json_object, regex, choice and grammar, got "
+                "structured_outputs must set exactly one of json, json_object, regex, choice, grammar and "
+                "structural_tag, got "
                 f"{', '.join(given) or 'none'}.", param="structured_outputs")
         if self.choice is not None and (not self.choice or any(not c for c in self.choice)):
             raise InvalidSamplingError("structured_outputs.choice must list at least one non-empty string.",
@@ -46,8 +54,9 @@ class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
 
     @property
     def kind(self) -> str:
-        """Which constraint this is: ``json``, ``json_object``, ``regex``, ``choice`` or ``grammar``."""
-        for name in ("json", "regex", "choice", "grammar"):
+        """Which constraint this is: ``json``, ``json_object``, ``regex``, ``choice``, ``grammar`` or
+        ``structural_tag``."""
+        for name in _KINDS:
             if getattr(self, name) is not None:
                 return name
         return "json_object"

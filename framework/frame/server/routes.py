@@ -43,11 +43,21 @@ async def version(state: ServerState = Depends(get_state)) -> dict[str, Any]:
             "ranks": [{"rank": r.rank, "status": r.status, "pid": r.pid} for r in state.client.rank_states()]}
 
 
+def _model_card(state: ServerState, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": state.created, "owned_by": "frame",
+            "root": state.info.model_name, "max_model_len": state.info.max_model_len}
+
+
 @router.get("/v1/models")
 async def models(state: ServerState = Depends(get_state)) -> dict[str, Any]:
-    return {"object": "list", "data": [
-        {"id": name, "object": "model", "created": state.created, "owned_by": "frame", "root": state.info.model_name,
-         "max_model_len": state.info.max_model_len} for name in state.model_names]}
+    return {"object": "list", "data": [_model_card(state, name) for name in state.model_names]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(model_id: str, state: ServerState = Depends(get_state)) -> dict[str, Any]:
+    """One served model's card; 404 (OpenAI shape) for a name this server does not serve."""
+    check_model(model_id, state.model_names)
+    return _model_card(state, model_id)
 
 
 @router.post("/tokenize")

@@ -73,7 +73,24 @@ class StructuredOutputsField(_Strict):
     grammar: NonEmptyText | None = None
 
 
-class SamplingFields(_Strict):
+class IgnoredFields(_Strict):
+    """Fields of OpenAI's API that this server accepts and does not act on (clients send them by default; the
+    list is in docs/serving.md). ``user`` and ``metadata`` are not logged; ``store`` matters only to
+    ``/v1/responses``, which reads its own."""
+
+    store: bool | None = None
+    metadata: dict[Text, Text] | None = None
+    service_tier: Text | None = None
+    reasoning_effort: Text | None = None
+    prompt_cache_key: Text | None = None
+    prompt_cache_retention: Text | None = None
+    safety_identifier: Text | None = None
+    verbosity: Text | None = None
+    user: Text | None = None
+    modalities: list[Text] | None = None
+
+
+class SamplingFields(IgnoredFields):
     """The fields completions and chat completions share."""
 
     model: Text | None = None
@@ -87,7 +104,6 @@ class SamplingFields(_Strict):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[Text, float] | None = None
-    user: Text | None = None
     # Extensions (sent by the openai client through ``extra_body``).
     top_k: TopK | None = None
     min_p: float | None = None
@@ -147,6 +163,12 @@ class ChatMessage(_Strict):
     name: Text | None = None
     tool_call_id: Text | None = None
     tool_calls: list[MessageToolCall] | None = None
+    # What OpenAI and vLLM put in an assistant message and clients send back; accepted, not read.
+    refusal: Text | None = None
+    annotations: list[JsonValue] | None = None
+    function_call: FunctionCall | None = None
+    audio: dict[Text, JsonValue] | None = None
+    reasoning_content: Text | None = None
 
     def text(self) -> str:
         if self.content is None:

@@ -1,9 +1,9 @@
 """Tool calling for chat completions: ``tools`` and ``tool_choice`` in the OpenAI shape.
 
 - ``none`` (or no tools): an ordinary completion.
-- ``required`` and a named function: the output is constrained by a JSON schema built from the tools' own
-  parameter schemas (an array of ``{"name", "parameters"}`` calls, or the named function's arguments), so any model
-  returns calls whose arguments are valid for their tool; the JSON is then turned into ``tool_calls``.
+- ``required`` and a named function: the output is constrained by the tools' own parameter schemas (one or more
+  ``{"name", "parameters"}`` calls, ending after any complete one, or the named function's arguments), so any
+  model returns calls whose arguments are valid for their tool; the JSON is then turned into ``tool_calls``.
 - ``auto``: the model chooses, in its own format; the tool-call parser plugin (``--tool-parser``, in-tree
   ``hermes``) finds the calls in the text.
 
@@ -56,19 +56,44 @@ def plan_tools(req: ChatCompletionRequest) -> ToolPlan:
                               "response_format and structured_outputs.", param="tool_choice")
     functions = {tool.function.name: tool.function for tool in req.tools}
     if choice == "required":
-        calls = [{"type": "object", "properties": {"name": {"const": name},
-                                                   "parameters": fn.parameters or {"type": "object"}},
-                  "required": ["name", "parameters"], "additionalProperties": False}
-                 for name, fn in functions.items()]
-        schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
-        if not req.parallel_tool_calls:
-            schema["maxItems"] = 1
-        return ToolPlan("required", constraint=StructuredOutputs(json=json.dumps(schema)))
+        return ToolPlan("required", constraint=required_calls(functions, req.parallel_tool_calls))
     name = choice.function.name  # type: ignore[union-attr]
     if name not in functions:
         raise FrameUsageError(f"tool_choice names the function '{name}', which is not in tools (they are: "
                               f"{', '.join(functions)}).", param="tool_choice")
     return ToolPlan("named", name, StructuredOutputs(json=json.dumps(functions[name].parameters or {"type": "object"})))
+
+
+#: Between two forced calls; the output may also end after any complete call. A newline here made the bundled
+#: model repeat its call line after line; after a comma it ends.
+CALL_SEPARATOR = ", "
+
+
+def required_calls(functions: dict[str, Any], parallel: bool) -> StructuredOutputs:
+    """The constraint of ``tool_choice: "required"``: one or more ``{"name": ..., "parameters": {...}}`` objects
+    (separated by commas), each valid for its own function's schema. The output may end after every complete
+    call, so a model that has made the call it needs stops there rather than repeating it (which a JSON array,
+    closed only by ``]``, invited); without ``parallel`` it ends after the first."""
+    tags = [{"type": "tag", "begin": f'{{"name": {json.dumps(name)}, "parameters": ',
+             "content": {"type": "json_schema", "json_schema": fn.parameters or {"type": "object"},
+                         "max_whitespace_cnt": 1},
+             "end": "}"} for name, fn in functions.items()]
+    tag = {"type": "structural_tag", "format": {"type": "tags_with_separator", "tags": tags,
+                                                "separator": CALL_SEPARATOR, "at_least_one": True,
+                                                "stop_after_first": not parallel}}
+    return StructuredOutputs(structural_tag=json.dumps(tag))
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values of ``text``, one after another, commas between (raises JSONDecodeError on a cut one)."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while True:
+        while at < len(text) and (text[at].isspace() or (text[at] == "," and values)):
+            at += 1
+        if at == len(text):
+            return values
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
 
 
 def template_tools(req: ChatCompletionRequest, plan: ToolPlan) -> list[dict[str, Any]] | None:
@@ -110,13 +135,15 @@ def parse_output(plan: ToolPlan, text: str, parser: ToolParser | None) -> Parsed
         assert parser is not None
         return parser.parse(text)
     try:
-        data = json.loads(text)
+        values = _json_values(text)
     except json.JSONDecodeError:  # cut off by max_tokens: no calls, the text stays visible
         return ParsedText(text or None)
+    if not values:
+        return ParsedText(None)
     if plan.mode == "named":
-        return ParsedText(None, [ToolCall(plan.name or "", json.dumps(data, ensure_ascii=False))])
+        return ParsedText(None, [ToolCall(plan.name or "", json.dumps(values[0], ensure_ascii=False))])
     return ParsedText(None, [ToolCall(call["name"], json.dumps(call["parameters"], ensure_ascii=False))
-                             for call in data])
+                             for call in values])
 
 
 def openai_calls(calls: list[ToolCall], indexed: bool = False) -> list[dict[str, Any]]:

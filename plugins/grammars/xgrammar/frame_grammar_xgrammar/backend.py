@@ -1,8 +1,8 @@
 """XGrammarBackend: structured-output constraints compiled by xgrammar, matched per request.
 
-JSON schemas, any JSON object, regexes, choice lists (compiled as an alternation of the escaped strings) and EBNF
-grammars. xgrammar's errors carry a C++ source location; the message a user sees keeps only the reason and names
-the field.
+JSON schemas, any JSON object, regexes, choice lists (compiled as an alternation of the escaped strings), EBNF
+grammars and structural tags (xgrammar's JSON format). xgrammar's errors carry a C++ source location; the message a
+user sees keeps only the reason and names the field.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ class XGrammarBackend(GrammarBackend):
                 return self._compiler.compile_regex(spec.regex)
             if spec.choice is not None:
                 return self._compiler.compile_regex("|".join(re.escape(choice) for choice in spec.choice))
+            if spec.structural_tag is not None:
+                return self._compiler.compile_structural_tag(spec.structural_tag)
             return self._compiler.compile_grammar(spec.grammar or "")
         except json.JSONDecodeError as err:
             raise InvalidSamplingError(f"{field} is not valid JSON: {err.msg} at position {err.pos}.",
