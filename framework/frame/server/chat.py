@@ -11,87 +11,52 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from frame.errors import FrameUsageError
-from frame.server.checks import check_length, check_model, sampling_params
-from frame.server.constraints import requested_constraint
-from frame.server.deps import cache_salt, default_max_tokens, get_state, new_id
-from frame.server.errors import ServerError
+from frame.server.deps import get_state
 from frame.server.formatting import chat_logprobs, sse, sse_stream, usage
-from frame.server.generation import ClientDisconnectedError, Generation, PromptJob
+from frame.server.generation import ClientDisconnectedError
 from frame.server.schemas import ChatCompletionRequest
 from frame.server.state import ServerState
-from frame.server.tools import ToolPlan, finish_reason, openai_calls, parse_output, plan_tools, template_tools
+from frame.server.tools import finish_reason, openai_calls
+from frame.server.turns import ChatRun, finished_turn, start_chat
 
 router = APIRouter()
-
-
-def _logprobs_k(req: ChatCompletionRequest) -> int | None:
-    if req.top_logprobs is not None and not req.logprobs:
-        raise FrameUsageError("top_logprobs needs logprobs set to true.", param="top_logprobs")
-    if not req.logprobs:
-        return None
-    return req.top_logprobs or 0
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def create_chat_completion(req: ChatCompletionRequest, raw: Request,
                                  state: ServerState = Depends(get_state)) -> Response:
-    check_model(req.model, state.model_names)
-    if req.stream_options is not None and not req.stream:
-        raise ServerError("stream_options is only allowed when stream is true.", status=400, code="unsupported",
-                          param="stream_options")
-    k = _logprobs_k(req)
-    if k is not None and k > state.settings.limits.max_logprobs:
-        raise ServerError(f"top_logprobs is {k}, over this server's limit of {state.settings.limits.max_logprobs}.",
-                          status=400, code="limit_exceeded", param="top_logprobs")
-    plan = plan_tools(req)
-    constraint = (plan.constraint, "tools") if plan.constraint is not None else requested_constraint(req)
-    if constraint is not None:
-        await state.constraints.check(*constraint)
-    if plan.mode == "auto":
-        _ = state.tool_parser  # loaded now, so a broken parser fails this request, not a stream mid-way
-    ids = await state.prompts.chat(req.messages, req.add_generation_prompt, req.chat_template,
-                                   req.chat_template_kwargs, template_tools(req, plan))
-    asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    max_tokens = asked if asked is not None else default_max_tokens(state, len(ids))
-    params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=k,
-                             vocab_size=state.info.vocab_size,
-                             max_speculative_tokens=state.info.max_speculative_tokens,
-                             structured_outputs=constraint and constraint[0])
-    check_length(len(ids), params.max_tokens, state.info.max_model_len)
-    gen = Generation(state, new_id("chatcmpl"), [PromptJob(None, ids)], params, req.priority,
-                     cache_salt(raw, req.cache_salt))
-    gen.admit()
+    run = await start_chat(req, raw, state)
+    gen, k = run.gen, run.k
     created = int(time.time())
     if req.stream:
-        return StreamingResponse(sse_stream(_stream(gen, req, state, created, k, plan)),
+        return StreamingResponse(sse_stream(_stream(run, req, state, created)),
                                  media_type="text/event-stream", background=BackgroundTask(gen.release))
     try:
         results = await gen.collect(raw)
     except ClientDisconnectedError:
         return Response(status_code=499)
     choices = []
-    parser = state.tool_parser if plan.mode == "auto" else None
     for out in results[0].outputs:
         logprobs = chat_logprobs(out.token_ids, out.logprobs, k) if k is not None and out.logprobs else None
-        parsed = parse_output(plan, out.text, parser)
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-        if parsed.calls:
-            message["tool_calls"] = openai_calls(parsed.calls)
+        turn = finished_turn(run, out)
+        message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+        if turn.calls:
+            message["tool_calls"] = openai_calls(turn.calls)
         choices.append({"index": out.index, "message": message, "logprobs": logprobs,
-                        "finish_reason": finish_reason(out.finish_reason, parsed), "stop_reason": out.stop_reason})
+                        "finish_reason": turn.finish_reason, "stop_reason": out.stop_reason})
     return JSONResponse({"id": gen.request_id, "object": "chat.completion", "created": created,
                          "model": state.model_name, "choices": choices,
                          "usage": usage(results, state.settings.prompt_tokens_details)})
 
 
-async def _stream(gen: Generation, req: ChatCompletionRequest, state: ServerState, created: int,
-                  k: int | None, plan: ToolPlan) -> AsyncIterator[str]:
+async def _stream(run: ChatRun, req: ChatCompletionRequest, state: ServerState, created: int,
+                  ) -> AsyncIterator[str]:
+    gen, plan, k, parser = run.gen, run.plan, run.k, run.parser
+
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         return sse({"id": gen.request_id, "object": "chat.completion.chunk", "created": created,
                     "model": state.model_name, "choices": choices, **extra})
 
-    parser = state.tool_parser if plan.mode == "auto" else None
     texts: dict[int, str] = {}  # each choice's text so far
     shown: dict[int, int] = {}  # how much of it went out as content
     role = chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -117,7 +82,7 @@ async def _stream(gen: Generation, req: ChatCompletionRequest, state: ServerStat
         shown[item.index] = max(sent, safe)
         reason = item.finish_reason
         if reason is not None:
-            parsed = parse_output(plan, text, parser)
+            parsed = run.parse(text)
             rest = (parsed.content or "")[shown[item.index]:] if not plan.constrained or not parsed.calls else ""
             if rest:
                 delta["content"] = delta.get("content", "") + rest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -84,18 +84,26 @@ def sse(data: dict[str, Any] | str) -> str:
 DONE = sse("[DONE]")
 
 
-async def sse_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-    """A stream's events, then ``[DONE]``, whatever happens: a failure after the response started (the engine
-    died, the drain ran out of time, a bug) becomes one error event in the OpenAI shape before ``[DONE]``."""
+async def sse_stream(chunks: AsyncIterator[str], error: Callable[[dict[str, Any]], str] = sse,
+                     done: str | None = DONE) -> AsyncIterator[str]:
+    """A stream's events, then ``done`` (OpenAI's ``[DONE]``; None: nothing), whatever happens: a failure after the
+    response started (the engine died, the drain ran out of time, a bug) becomes one ``error`` event (by default
+    the OpenAI error shape as data) before it."""
     try:
         async with aclosing(chunks):
             async for chunk in chunks:
                 yield chunk
     except EngineDeadError as err:
-        yield sse(dead_engine_body(err))
+        yield error(dead_engine_body(err))
     except FrameUsageError as err:
-        yield sse(usage_error_body(err))
+        yield error(usage_error_body(err))
     except Exception:
         log.exception("a stream failed")
-        yield sse(error_body("The server failed while streaming this response.", 500, "internal_error"))
-    yield DONE
+        yield error(error_body("The server failed while streaming this response.", 500, "internal_error"))
+    if done is not None:
+        yield done
+
+
+def named_event(event: str, data: dict[str, Any]) -> str:
+    """One server-sent event with its ``event:`` name (the Responses and Messages APIs name every event)."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"

@@ -1,4 +1,5 @@
-"""ServerState: what the request handlers share (engine, tokenizer, prompts, limits, metrics, draining flag)."""
+"""ServerState: what the request handlers share (engine, tokenizer, prompts, limits, metrics, draining flag,
+stored responses)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from frame.plugins.registry import PluginRegistry
 from frame.server.constraints import ConstraintChecker
 from frame.server.metrics import ServerMetrics
 from frame.server.prompts import Prompts
+from frame.server.response_store import ResponseStore
 from frame.server.settings import ServerSettings
 
 
@@ -39,6 +41,7 @@ class ServerState:
     draining: bool = False
     waiting: int = 0
     created: int = field(default_factory=lambda: int(time.time()))
+    responses: ResponseStore = field(default_factory=ResponseStore)
 
     @property
     def model_names(self) -> list[str]:

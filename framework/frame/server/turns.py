@@ -1,0 +1,121 @@
+"""One assistant turn through the chat pipeline, for the routes that speak other APIs than chat completions.
+
+:func:`start_chat` does what ``/v1/chat/completions`` does before generating (checks, constraints, tools, the chat
+template, sampling params, admission) and returns the admitted :class:`ChatRun`; ``/v1/chat/completions`` uses it
+too. ``/v1/responses`` and ``/v1/messages`` translate their requests into a :class:`ChatCompletionRequest` and read
+one choice back as a :class:`TurnEnd` (:func:`finished_turn`) or as text pieces then a TurnEnd
+(:func:`turn_stream`), so rendering, tools and constraints live in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from frame.errors import FrameUsageError
+from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
+from frame.outputs import CompletionOutput
+from frame.server.checks import check_length, check_model, sampling_params
+from frame.server.constraints import requested_constraint
+from frame.server.deps import cache_salt, default_max_tokens, new_id
+from frame.server.errors import ServerError
+from frame.server.generation import Generation, PromptJob
+from frame.server.schemas import ChatCompletionRequest
+from frame.server.state import ServerState
+from frame.server.tools import ToolPlan, finish_reason, parse_output, plan_tools, template_tools
+
+
+@dataclass
+class ChatRun:
+    """A chat request admitted to the engine: its generation, its tool plan, the parser of ``auto`` mode (None
+    otherwise) and the number of top logprobs asked for (None: no logprobs)."""
+
+    gen: Generation
+    plan: ToolPlan
+    parser: ToolParser | None
+    k: int | None
+
+    def parse(self, text: str) -> ParsedText:
+        return parse_output(self.plan, text, self.parser)
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How one choice ended: its content (None when it is only calls), its calls, the finish reason as chat
+    completions says it (``stop``, ``length``, ``tool_calls``, ``abort``) and the stop string or token it hit."""
+
+    content: str | None
+    calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+def _logprobs_k(req: ChatCompletionRequest) -> int | None:
+    if req.top_logprobs is not None and not req.logprobs:
+        raise FrameUsageError("top_logprobs needs logprobs set to true.", param="top_logprobs")
+    if not req.logprobs:
+        return None
+    return req.top_logprobs or 0
+
+
+async def start_chat(req: ChatCompletionRequest, raw: Request, state: ServerState, prefix: str = "chatcmpl",
+                     ) -> ChatRun:
+    """Check ``req``, render it, and admit its generation (the caller runs or streams it, then releases it)."""
+    check_model(req.model, state.model_names)
+    if req.stream_options is not None and not req.stream:
+        raise ServerError("stream_options is only allowed when stream is true.", status=400, code="unsupported",
+                          param="stream_options")
+    k = _logprobs_k(req)
+    if k is not None and k > state.settings.limits.max_logprobs:
+        raise ServerError(f"top_logprobs is {k}, over this server's limit of {state.settings.limits.max_logprobs}.",
+                          status=400, code="limit_exceeded", param="top_logprobs")
+    plan = plan_tools(req)
+    constraint = (plan.constraint, "tools") if plan.constraint is not None else requested_constraint(req)
+    if constraint is not None:
+        await state.constraints.check(*constraint)
+    # Loaded now, so a broken parser fails this request, not a stream mid-way.
+    parser = state.tool_parser if plan.mode == "auto" else None
+    ids = await state.prompts.chat(req.messages, req.add_generation_prompt, req.chat_template,
+                                   req.chat_template_kwargs, template_tools(req, plan))
+    asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    max_tokens = asked if asked is not None else default_max_tokens(state, len(ids))
+    params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=k,
+                             vocab_size=state.info.vocab_size,
+                             max_speculative_tokens=state.info.max_speculative_tokens,
+                             structured_outputs=constraint and constraint[0])
+    check_length(len(ids), params.max_tokens, state.info.max_model_len)
+    gen = Generation(state, new_id(prefix), [PromptJob(None, ids)], params, req.priority,
+                     cache_salt(raw, req.cache_salt))
+    gen.admit()
+    return ChatRun(gen, plan, parser, k)
+
+
+def finished_turn(run: ChatRun, out: CompletionOutput) -> TurnEnd:
+    """The TurnEnd of a finished choice."""
+    parsed = run.parse(out.text)
+    return TurnEnd(parsed.content, parsed.calls, finish_reason(out.finish_reason, parsed), out.stop_reason)
+
+
+async def turn_stream(run: ChatRun) -> AsyncIterator[str | TurnEnd]:
+    """The first choice's content as it may be shown (constrained calls never are; with ``auto``, what the parser
+    calls safe), then its TurnEnd."""
+    text, shown, end = "", 0, None
+    async for _, item in run.gen.deltas():
+        text += item.text
+        if run.plan.mode == "none":
+            safe = len(text)
+        else:
+            safe = 0 if run.plan.constrained else run.parser.stream_safe_prefix(text)  # type: ignore[union-attr]
+        if safe > shown:
+            yield text[shown:safe]
+            shown = safe
+        if item.finish_reason is not None:
+            parsed = run.parse(text)
+            rest = (parsed.content or "")[shown:] if not run.plan.constrained or not parsed.calls else ""
+            if rest:
+                yield rest
+            end = TurnEnd(parsed.content, parsed.calls, finish_reason(item.finish_reason, parsed), item.stop_reason)
+    if end is not None:  # after the loop, which counts the cached tokens the final output reports
+        yield end
