@@ -169,6 +169,21 @@ def limits() -> dict[str, float]:
 
 
 @pytest.fixture(scope="session")
+def chat_text(mp_server) -> Callable[[list[dict], int], str]:
+    """``chat_text(messages, max_tokens)``: /v1/chat/completions' greedy answer on ``mp_server``, which the
+    Responses and Messages APIs must give for the same conversation."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{mp_server.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def answer(messages: list[dict], max_tokens: int) -> str:
+        return client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=messages,
+                                              max_tokens=max_tokens, temperature=0).choices[0].message.content
+
+    return answer
+
+
+@pytest.fixture(scope="session")
 def serve_tools():
     """``(start_serve, stop_serve)`` for tests that need a server of their own (importlib mode hides conftest)."""
     return start_serve, stop_serve

@@ -16,6 +16,7 @@ import pytest
 KEY, OTHER_KEY = "sk-test-123", "sk-other-456"
 ENDPOINTS = [("GET", "/v1/models", None), ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
              ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+             ("POST", "/v1/responses", {"input": "Hi", "max_output_tokens": 2}),
              ("POST", "/tokenize", {"prompt": "Hi"}), ("POST", "/detokenize", {"tokens": [1]}),
              ("GET", "/version", None), ("GET", "/metrics", None)]
 
@@ -52,6 +53,24 @@ def test_openai_client_with_key(keyed_server):
     bad = openai.OpenAI(base_url=f"{keyed_server.base_url}/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
+
+
+def test_the_messages_api_takes_the_key_as_x_api_key(keyed_server):
+    import anthropic
+
+    ask = dict(model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Hi"}])
+    client = anthropic.Anthropic(base_url=keyed_server.base_url, api_key=KEY, max_retries=0, timeout=120)
+    assert client.messages.count_tokens(**ask).input_tokens > 0
+    assert client.messages.create(max_tokens=2, **ask).usage.output_tokens == 2
+    bearer = anthropic.Anthropic(base_url=keyed_server.base_url, auth_token=KEY, max_retries=0, timeout=120)
+    assert bearer.messages.count_tokens(**ask).input_tokens > 0
+    with pytest.raises(anthropic.AuthenticationError) as err:
+        anthropic.Anthropic(base_url=keyed_server.base_url, api_key="nope", max_retries=0).messages.count_tokens(**ask)
+    assert err.value.body == {"type": "error", "error": {
+        "type": "authentication_error",
+        "message": "The API key is wrong; send 'x-api-key: <key>' or 'Authorization: Bearer <key>'."}}
+    # Only the Messages API's routes read x-api-key.
+    assert httpx.get(f"{keyed_server.base_url}/v1/models", headers={"x-api-key": KEY}).status_code == 401
 
 
 def test_tenants_never_share_cached_prefixes(keyed_server):

@@ -27,27 +27,22 @@ def client(mp_server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{mp_server.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-def chat_text(client: openai.OpenAI, messages: list[dict], max_tokens: int) -> str:
-    return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens,
-                                          temperature=0).choices[0].message.content
-
-
-def test_plain_text_input_answers_as_chat_does(client) -> None:
+def test_plain_text_input_answers_as_chat_does(client, chat_text) -> None:
     reply = client.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=12, temperature=0)
     assert reply.object == "response" and reply.id.startswith("resp_") and reply.model == MODEL
-    assert reply.output_text == chat_text(client, [{"role": "user", "content": "Name a colour."}], 12)
+    assert reply.output_text == chat_text([{"role": "user", "content": "Name a colour."}], 12)
     assert reply.output[0].type == "message" and reply.output[0].role == "assistant"
     assert reply.usage.input_tokens > 0 and 0 < reply.usage.output_tokens <= 12
     assert reply.usage.total_tokens == reply.usage.input_tokens + reply.usage.output_tokens
 
 
-def test_message_list_with_instructions_and_an_incomplete_answer(client) -> None:
+def test_message_list_with_instructions_and_an_incomplete_answer(client, chat_text) -> None:
     reply = client.responses.create(model=MODEL, instructions="Answer in French.", max_output_tokens=5,
                                     temperature=0, input=[{"role": "user", "content": "Say hello at length."},
                                                           {"role": "assistant", "content": "Hello!"},
                                                           {"type": "message", "role": "user", "content": [
                                                               {"type": "input_text", "text": "Again, longer."}]}])
-    expected = chat_text(client, [{"role": "system", "content": "Answer in French."},
+    expected = chat_text([{"role": "system", "content": "Answer in French."},
                                   {"role": "user", "content": "Say hello at length."},
                                   {"role": "assistant", "content": "Hello!"},
                                   {"role": "user", "content": "Again, longer."}], 5)

@@ -21,7 +21,7 @@ from frame.config import EngineConfig
 from frame.engine.client import AsyncEngine, EngineClient, EngineDeadError, make_client
 from frame.errors import FrameUsageError
 from frame.model_source import ModelSource
-from frame.server import chat, completions, responses, routes
+from frame.server import chat, completions, messages, responses, routes
 from frame.server.auth import ApiKeyMiddleware
 from frame.server.constraints import ConstraintChecker
 from frame.server.errors import install_error_handlers
@@ -145,7 +145,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     app.state.request_exit = _cannot_exit
     app.state.stop_starting = None
     install_error_handlers(app)
-    for module in (routes, completions, chat, responses):
+    for module in (routes, completions, chat, responses, messages):
         app.include_router(module.router)
     if settings.enable_reset_prefix_cache:
         app.include_router(routes.cache_router)

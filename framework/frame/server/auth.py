@@ -1,4 +1,5 @@
-"""API keys: every route but ``/health`` needs ``Authorization: Bearer <key>``; each key may be its own tenant.
+"""API keys: every route but ``/health`` needs ``Authorization: Bearer <key>`` (the Messages API's routes also take
+Anthropic's ``x-api-key: <key>``); each key may be its own tenant.
 
 With several keys (or ``--cache-salt-from api-key``), a request's prefix-cache entries are salted with a digest
 of its key, so one tenant never hits another's cached prefix (a hit shows in ``cached_tokens`` and in time to
@@ -15,7 +16,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from frame.errors import ConfigError
-from frame.server.errors import error_body
+from frame.server.errors import ANTHROPIC_PREFIX, error_body, shaped
 
 #: Paths served without an API key.
 OPEN_PATHS = frozenset({"/health"})
@@ -66,7 +67,11 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"authorization", b"")
+        headers = dict(scope["headers"])
+        given = headers.get(b"authorization", b"")
+        anthropic = scope["path"].startswith(ANTHROPIC_PREFIX)
+        if anthropic and not given and headers.get(b"x-api-key"):  # how the anthropic SDK sends its key
+            given = b"Bearer " + headers[b"x-api-key"]
         found: list[str | None] = []
         for expected, salt in self.expected:  # every key is compared, so timing says nothing about which matched
             if hmac.compare_digest(given, expected):
@@ -76,7 +81,8 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         why = "No API key was sent" if not given else "The API key is wrong"
-        body = json.dumps(error_body(f"{why}; send 'Authorization: Bearer <key>'.", 401, "invalid_api_key")).encode()
+        how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if anthropic else "'Authorization: Bearer <key>'"
+        body = json.dumps(shaped(scope["path"], error_body(f"{why}; send {how}.", 401, "invalid_api_key"))).encode()
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
         await send({"type": "http.response.body", "body": body})

@@ -2,7 +2,8 @@
 
 Every way a request can go wrong maps here: frame's usage errors (their ``status``, ``param`` and ``code``),
 pydantic's validation errors and malformed JSON (400, as OpenAI and vLLM answer, not FastAPI's 422), HTTP errors
-(unknown route 404, wrong method 405) and a dead engine (503).
+(unknown route 404, wrong method 405) and a dead engine (503). The Messages API's routes answer the same errors
+in Anthropic's shape.
 """
 
 from __future__ import annotations
@@ -52,6 +53,30 @@ def error_body(message: str, status: int, code: str | None, param: str | None = 
 def error_response(message: str, status: int, code: str | None, param: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, code, param), status_code=status, headers=headers)
+
+
+#: Routes that answer in Anthropic's shape (the Messages API); every other route answers in OpenAI's.
+ANTHROPIC_PREFIX = "/v1/messages"
+_ANTHROPIC_TYPES = {"service_unavailable_error": "overloaded_error", "server_error": "api_error"}
+
+
+def anthropic_body(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI error body in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    error = body["error"]
+    kind = _ANTHROPIC_TYPES.get(error["type"], error["type"])
+    if error.get("code") == "request_too_large":
+        kind = "request_too_large"
+    return {"type": "error", "error": {"type": kind, "message": error["message"]}}
+
+
+def shaped(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` in the shape the route at ``path`` speaks."""
+    return anthropic_body(body) if path.startswith(ANTHROPIC_PREFIX) else body
+
+
+def _reply(request: Request, body: dict[str, Any], status: int,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(shaped(request.url.path, body), status_code=status, headers=headers)
 
 
 def usage_error_body(err: FrameUsageError) -> dict[str, Any]:
@@ -104,26 +129,27 @@ def validation_message(err: RequestValidationError) -> tuple[str, str | None]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer every failure in the OpenAI error shape."""
+    """Answer every failure in the OpenAI error shape (Anthropic's under :data:`ANTHROPIC_PREFIX`)."""
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
         message, param = validation_message(err)
-        return error_response(message, 400, "invalid_json" if param is None else "invalid_value", param)
+        return _reply(request, error_body(message, 400, "invalid_json" if param is None else "invalid_value", param),
+                      400)
 
     @app.exception_handler(ServerError)
-    async def _server(_: Request, err: ServerError) -> JSONResponse:
-        return error_response(err.message, err.status, err.code, err.param, err.headers)
+    async def _server(request: Request, err: ServerError) -> JSONResponse:
+        return _reply(request, error_body(err.message, err.status, err.code, err.param), err.status, err.headers)
 
     @app.exception_handler(FrameUsageError)
-    async def _usage(_: Request, err: FrameUsageError) -> JSONResponse:
-        return JSONResponse(usage_error_body(err), status_code=err.status)
+    async def _usage(request: Request, err: FrameUsageError) -> JSONResponse:
+        return _reply(request, usage_error_body(err), err.status)
 
     @app.exception_handler(EngineDeadError)
-    async def _dead(_: Request, err: EngineDeadError) -> JSONResponse:
-        return JSONResponse(dead_engine_body(err), status_code=503)
+    async def _dead(request: Request, err: EngineDeadError) -> JSONResponse:
+        return _reply(request, dead_engine_body(err), 503)
 
     @app.exception_handler(HTTPException)
-    async def _http(_: Request, err: HTTPException) -> JSONResponse:
-        return error_response(str(err.detail), err.status_code, _HTTP_CODES.get(err.status_code),
-                              headers=getattr(err, "headers", None))
+    async def _http(request: Request, err: HTTPException) -> JSONResponse:
+        return _reply(request, error_body(str(err.detail), err.status_code, _HTTP_CODES.get(err.status_code)),
+                      err.status_code, getattr(err, "headers", None))

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from frame.server.errors import error_body
+from frame.server.errors import error_body, shaped
 
 log = logging.getLogger("frame.server")
 CLOSE = (b"connection", b"close")
@@ -35,9 +35,10 @@ def _declared_length(scope: Scope) -> tuple[int | None, bool]:
     return None, b"transfer-encoding" in headers
 
 
-async def send_error(send: Send, status: int, message: str, code: str, *, close: bool = True) -> None:
-    """Send a whole error response in the OpenAI shape."""
-    body = json.dumps(error_body(message, status, code)).encode()
+async def send_error(send: Send, status: int, message: str, code: str, *, close: bool = True,
+                     path: str = "") -> None:
+    """Send a whole error response in the OpenAI shape (Anthropic's for the Messages API's ``path``)."""
+    body = json.dumps(shaped(path, error_body(message, status, code))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*headers, CLOSE] if close else headers})
     await send({"type": "http.response.body", "body": body})
@@ -61,7 +62,7 @@ class RequestGuard:
             return
         declared, has_body = _declared_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await send_error(send, 413, self._too_large(declared), "request_too_large")
+            await send_error(send, 413, self._too_large(declared), "request_too_large", path=scope["path"])
             return
         loop = asyncio.get_running_loop()
         body_done, received, deadline, started = not has_body, 0, None, False
@@ -100,4 +101,4 @@ class RequestGuard:
             log.exception("unhandled error answering %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await send_error(guarded_send, 500, "The server failed to answer this request; retry it.",
-                                 "internal_error")
+                                 "internal_error", path=scope["path"])

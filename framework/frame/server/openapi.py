@@ -3,7 +3,8 @@
 FastAPI documents a 422 for every route with a body; this server answers such requests 400 in the OpenAI error
 shape, so the 422s and their schemas go and every status a route can answer is documented with that shape: 400
 (validation, limits), 401 (when keys are configured), 404 (unknown model), 408 and 413 (body time and size), 503
-(starting, restarting, draining, overloaded). The generation routes also stream ``text/event-stream``, and
+(starting, restarting, draining, overloaded), in Anthropic's shape on the Messages API's routes. The generation
+routes also stream ``text/event-stream``, and
 ``/metrics`` is Prometheus text. The operator's limits (``n``, ``max_tokens``, ``logprobs``, the stop list) appear
 as each field's maximum, the vocabulary as every token id's, the served names as ``model``'s values, the sampling
 ranges, and the fields this server refuses unless empty (``logit_bias``, ``suffix``) as empty.
@@ -17,6 +18,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from frame.server.auth import OPEN_PATHS
+from frame.server.errors import ANTHROPIC_PREFIX
+from frame.server.messages_schemas import CountTokensRequest, MessagesRequest
+from frame.server.responses_schemas import ResponsesRequest
 from frame.server.schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from frame.server.settings import ServerSettings
 
@@ -28,12 +32,20 @@ _ERROR_SCHEMA = {
 _WHY = {400: "The request is malformed, out of range or over a limit.", 401: "No API key, or a wrong one.",
         404: "The model is not served here.", 408: "The body did not arrive in time.",
         413: "The body is over the size limit.", 503: "Starting, restarting, draining or overloaded; retry."}
-_STREAMING = ("/v1/completions", "/v1/chat/completions")
+_STREAMING = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages")
+#: Anthropic's error shape, which the Messages API's routes answer in.
+_ANTHROPIC_ERROR_SCHEMA = {
+    "type": "object", "required": ["type", "error"], "properties": {"type": {"const": "error"}, "error": {
+        "type": "object", "required": ["type", "message"], "properties": {
+            "type": {"type": "string"}, "message": {"type": "string"}}}}}
 #: One server-sent event (what tools such as schemathesis check each event against): its data is a JSON chunk,
 #: an error in the OpenAI shape, or the final ``[DONE]``.
 _SSE_EVENT = {"type": "object", "required": ["data"],
               "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}
-_WITH_MODEL = (*_STREAMING, "/tokenize", "/detokenize")
+_WITH_MODEL = (*_STREAMING, "/tokenize", "/detokenize", "/v1/messages/count_tokens", "/v1/models/{model_id}")
+#: The request bodies whose schemas are pydantic's own, narrowed to this server's limits.
+_BODIES = (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest, ResponsesRequest,
+           MessagesRequest, CountTokensRequest)
 #: Fields the server refuses unless empty; the schema accepts them only so, as the server does.
 _ONLY_EMPTY = {"logit_bias": {"maxProperties": 0}, "suffix": {"maxLength": 0}}
 #: The ranges SamplingParams checks (a test holds the two together), for the schema to say them too.
@@ -84,8 +96,8 @@ def _apply_limits(components: dict[str, Any], settings: ServerSettings, vocab_si
         for schema in (props["prompt"], props["stop_token_ids"], components["ChatCompletionRequest"]["properties"][
                 "stop_token_ids"], components["DetokenizeRequest"]["properties"]["tokens"]):
             _cap_token_ids(schema, vocab_size)
-    for name in ("CompletionRequest", "ChatCompletionRequest", "TokenizeRequest", "DetokenizeRequest"):
-        schema = components[name]
+    for body in _BODIES:
+        schema = components[body.__name__]
         rules = {**_ONLY_EMPTY, **SAMPLING_RANGES, "model": {"enum": model_names} if model_names else {}}
         for field, rule in rules.items():
             prop = schema["properties"].get(field, {})
@@ -97,7 +109,7 @@ def _apply_limits(components: dict[str, Any], settings: ServerSettings, vocab_si
         for field in ("logprobs", "top_logprobs"):
             _cap(schema, field, "maximum", limits.max_logprobs)
         if limits.max_tokens is not None:
-            for field in ("max_tokens", "max_completion_tokens"):
+            for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
                 _cap(schema, field, "maximum", limits.max_tokens)
 
 
@@ -108,16 +120,18 @@ def build_schema(app: FastAPI, settings: ServerSettings, vocab_size: int | None 
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
-    for model in (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest):
+    for model in _BODIES:
         # pydantic's own schema: FastAPI's OpenAPI models turn integer bounds into floats (2**64 - 1 would
         # round up to 2**64, a seed this server refuses).
         own = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(own.pop("$defs", {}))
         components[model.__name__] = own
     components["ErrorResponse"] = _ERROR_SCHEMA
+    components["AnthropicErrorResponse"] = _ANTHROPIC_ERROR_SCHEMA
     _apply_limits(components, settings, vocab_size, model_names)
-    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
     for path, operations in schema["paths"].items():
+        shape = "AnthropicErrorResponse" if path.startswith(ANTHROPIC_PREFIX) else "ErrorResponse"
+        error = {"application/json": {"schema": {"$ref": f"#/components/schemas/{shape}"}}}
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)

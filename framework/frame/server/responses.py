@@ -15,31 +15,18 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
+from fastapi.responses import JSONResponse, Response
 
 from frame.server.auth import TENANT_SCOPE_KEY
 from frame.server.deps import get_state
 from frame.server.errors import ServerError
-from frame.server.formatting import named_event, sse_stream, usage
-from frame.server.generation import ClientDisconnectedError
+from frame.server.formatting import named_event, usage
 from frame.server.responses_format import ResponseContext, output_items, response_usage
 from frame.server.responses_schemas import FunctionCallItem, FunctionCallOutputItem, ResponsesRequest
 from frame.server.responses_stream import response_events
-from frame.server.schemas import (
-    ChatCompletionRequest,
-    ChatMessage,
-    FunctionCall,
-    FunctionDefinition,
-    JsonSchemaFormat,
-    MessageToolCall,
-    NamedFunction,
-    NamedToolChoice,
-    ResponseFormat,
-    ToolDefinition,
-)
+from frame.server.schemas import ChatCompletionRequest, ChatMessage, FunctionDefinition
 from frame.server.state import ServerState
-from frame.server.turns import TurnEnd, finished_turn, start_chat
+from frame.server.turns import TurnEnd, event_stream, finish, start_chat, tool_call, translated
 
 router = APIRouter()
 
@@ -55,7 +42,7 @@ def input_messages(req: ResponsesRequest) -> list[ChatMessage]:
     messages: list[ChatMessage] = []
     for item in req.input:
         if isinstance(item, FunctionCallItem):
-            call = MessageToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
+            call = tool_call(item.call_id, item.name, item.arguments)
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant":
                 last.tool_calls = [*(last.tool_calls or []), call]
@@ -71,27 +58,20 @@ def input_messages(req: ResponsesRequest) -> list[ChatMessage]:
 def chat_request(req: ResponsesRequest, conversation: list[ChatMessage]) -> ChatCompletionRequest:
     """The chat completions request that answers ``req`` over ``conversation``."""
     system = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
-    tools = [ToolDefinition(type="function", function=FunctionDefinition(
-        name=t.name, description=t.description, parameters=t.parameters, strict=t.strict)) for t in req.tools or []]
-    choice: Any = req.tool_choice
-    if choice is not None and not isinstance(choice, str):
-        choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
+    functions = [FunctionDefinition(name=t.name, description=t.description, parameters=t.parameters,
+                                    strict=t.strict) for t in req.tools or []]
+    choice = req.tool_choice
     fmt = req.text.format if req.text is not None else None
-    response_format = None
-    if fmt is not None:
-        schema = None if fmt.type != "json_schema" else JsonSchemaFormat(
-            name=fmt.name or "response", description=fmt.description, schema=fmt.schema_, strict=fmt.strict)
-        response_format = ResponseFormat(type=fmt.type, json_schema=schema)
-    return ChatCompletionRequest(model=req.model, messages=system + conversation, max_tokens=req.max_output_tokens,
-                                 temperature=req.temperature, top_p=req.top_p, seed=req.seed, tools=tools or None,
-                                 tool_choice=choice, parallel_tool_calls=req.parallel_tool_calls,
-                                 response_format=response_format)
+    return translated(system + conversation, functions, choice=choice if isinstance(choice, str | None) else None,
+                      named=None if isinstance(choice, str | None) else choice.name,
+                      fmt=fmt and fmt.type, schema=fmt and fmt.schema_, schema_name=(fmt and fmt.name) or "response",
+                      model=req.model, max_tokens=req.max_output_tokens, temperature=req.temperature,
+                      top_p=req.top_p, seed=req.seed, parallel_tool_calls=req.parallel_tool_calls)
 
 
 def remembered(turn: TurnEnd, call_ids: list[str]) -> ChatMessage:
     """The turn as the assistant message a later ``previous_response_id`` request continues from."""
-    calls = [MessageToolCall(id=call_id, function=FunctionCall(name=call.name, arguments=call.arguments))
-             for call, call_id in zip(turn.calls, call_ids, strict=True)]
+    calls = [tool_call(call_id, call.name, call.arguments) for call, call_id in zip(turn.calls, call_ids, strict=True)]
     return ChatMessage(role="assistant", content=turn.content, tool_calls=calls or None)
 
 
@@ -118,15 +98,12 @@ async def create_response(req: ResponsesRequest, raw: Request, state: ServerStat
     if req.stream:
         details = state.settings.prompt_tokens_details
         events = response_events(ctx, run, lambda: response_usage(run.gen.usage(details)), keep)
-        return StreamingResponse(sse_stream(events, error=lambda body: named_event("error", {
-            "type": "error", **body["error"]}), done=None), media_type="text/event-stream",
-            background=BackgroundTask(run.gen.release))
-    try:
-        results = await run.gen.collect(raw)
-    except ClientDisconnectedError:
+        return event_stream(run, events, lambda body: named_event("error", {"type": "error", **body["error"]}))
+    done = await finish(run, raw)
+    if done is None:
         return Response(status_code=499)
-    turn = finished_turn(run, results[0].outputs[0])
+    result, turn = done
     call_ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in turn.calls]
     keep(turn, call_ids)
-    counts = response_usage(usage(results, state.settings.prompt_tokens_details))
+    counts = response_usage(usage([result], state.settings.prompt_tokens_details))
     return JSONResponse(ctx.body(turn.finish_reason, output_items(turn, call_ids), counts))

@@ -9,20 +9,35 @@ one choice back as a :class:`TurnEnd` (:func:`finished_turn`) or as text pieces 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from frame.errors import FrameUsageError
 from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
-from frame.outputs import CompletionOutput
+from frame.outputs import CompletionOutput, RequestOutput
 from frame.server.checks import check_length, check_model, sampling_params
 from frame.server.constraints import requested_constraint
 from frame.server.deps import cache_salt, default_max_tokens, new_id
 from frame.server.errors import ServerError
-from frame.server.generation import Generation, PromptJob
-from frame.server.schemas import ChatCompletionRequest
+from frame.server.formatting import sse_stream
+from frame.server.generation import ClientDisconnectedError, Generation, PromptJob
+from frame.server.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionCall,
+    FunctionDefinition,
+    JsonSchemaFormat,
+    MessageToolCall,
+    NamedFunction,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolDefinition,
+)
 from frame.server.state import ServerState
 from frame.server.tools import ToolPlan, finish_reason, parse_output, plan_tools, template_tools
 
@@ -50,6 +65,26 @@ class TurnEnd:
     calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> MessageToolCall:
+    """A call an earlier assistant turn made, as a chat message carries it."""
+    return MessageToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
+
+
+def translated(messages: list[ChatMessage], functions: list[FunctionDefinition], *, choice: str | None = None,
+               named: str | None = None, fmt: str | None = None, schema: dict[str, Any] | None = None,
+               schema_name: str = "output", **fields: Any) -> ChatCompletionRequest:
+    """The chat completions request another API's request amounts to: its conversation, its functions, the tool
+    ``choice`` (``none``, ``auto``, ``required``) or the one function ``named``, the output format (``text``,
+    ``json_object``, ``json_schema`` with ``schema``) and chat's own ``fields`` (max_tokens, stop, sampling)."""
+    tools = [ToolDefinition(type="function", function=fn) for fn in functions] or None
+    tool_choice: Any = choice if named is None else NamedToolChoice(type="function",
+                                                                     function=NamedFunction(name=named))
+    response_format = None if fmt is None else ResponseFormat(type=fmt, json_schema=None if fmt != "json_schema"
+                                                              else JsonSchemaFormat(name=schema_name, schema=schema))
+    return ChatCompletionRequest(messages=messages, tools=tools, tool_choice=tool_choice,
+                                 response_format=response_format, **fields)
 
 
 def _logprobs_k(req: ChatCompletionRequest) -> int | None:
@@ -96,6 +131,23 @@ def finished_turn(run: ChatRun, out: CompletionOutput) -> TurnEnd:
     """The TurnEnd of a finished choice."""
     parsed = run.parse(out.text)
     return TurnEnd(parsed.content, parsed.calls, finish_reason(out.finish_reason, parsed), out.stop_reason)
+
+
+async def finish(run: ChatRun, raw: Request) -> tuple[RequestOutput, TurnEnd] | None:
+    """Run to the end: the output and its first choice's TurnEnd (None when the client went away)."""
+    try:
+        results = await run.gen.collect(raw)
+    except ClientDisconnectedError:
+        return None
+    return results[0], finished_turn(run, results[0].outputs[0])
+
+
+def event_stream(run: ChatRun, events: AsyncIterator[str], error: Callable[[dict[str, Any]], str],
+                 ) -> StreamingResponse:
+    """The response of a named-event stream: no ``[DONE]``, a failure ends it with ``error`` (of the OpenAI error
+    body), and the run's waiting places go back if it never started."""
+    return StreamingResponse(sse_stream(events, error=error, done=None), media_type="text/event-stream",
+                             background=BackgroundTask(run.gen.release))
 
 
 async def turn_stream(run: ChatRun) -> AsyncIterator[str | TurnEnd]:
