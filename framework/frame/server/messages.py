@@ -51,9 +51,10 @@ def chat_messages(req: CountTokensRequest) -> list[ChatMessage]:
             continue
         text = "".join(block.text for block in message.content if isinstance(block, TextBlock))
         calls = [tool_call(b.id, b.name, json.dumps(b.input)) for b in message.content if isinstance(b, ToolUseBlock)]
-        out += [ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=_text(b.content))
-                for b in message.content if isinstance(b, ToolResultBlock)]
-        if text or calls or message.role == "assistant":
+        results = [ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=_text(b.content))
+                   for b in message.content if isinstance(b, ToolResultBlock)]
+        out += results
+        if text or calls or not results:
             out.append(ChatMessage(role=message.role, content=text or None, tool_calls=calls or None))
     return out
 

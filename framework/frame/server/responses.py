@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from frame.errors import FrameUsageError
 from frame.server.auth import TENANT_SCOPE_KEY
 from frame.server.deps import get_state
 from frame.server.errors import ServerError
@@ -77,6 +78,9 @@ def remembered(turn: TurnEnd, call_ids: list[str]) -> ChatMessage:
 
 @router.post("/v1/responses", response_model=None)
 async def create_response(req: ResponsesRequest, raw: Request, state: ServerState = Depends(get_state)) -> Response:
+    if req.background:
+        raise FrameUsageError("This server does not run responses in the background; leave background false.",
+                              param="background")
     tenant = raw.scope.get(TENANT_SCOPE_KEY)
     history: list[ChatMessage] = []
     if req.previous_response_id is not None:

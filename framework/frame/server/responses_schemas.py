@@ -120,4 +120,4 @@ class ResponsesRequest(IgnoredFields):
     include: list[Text] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     max_tool_calls: Count | None = None
-    background: Literal[False] | None = None
+    background: bool | None = None

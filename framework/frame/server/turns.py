@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from frame.errors import FrameUsageError
@@ -83,8 +84,14 @@ def translated(messages: list[ChatMessage], functions: list[FunctionDefinition],
                                                                      function=NamedFunction(name=named))
     response_format = None if fmt is None else ResponseFormat(type=fmt, json_schema=None if fmt != "json_schema"
                                                               else JsonSchemaFormat(name=schema_name, schema=schema))
-    return ChatCompletionRequest(messages=messages, tools=tools, tool_choice=tool_choice,
-                                 response_format=response_format, **fields)
+    try:
+        return ChatCompletionRequest(messages=messages, tools=tools, tool_choice=tool_choice,
+                                     response_format=response_format, **fields)
+    except ValidationError as err:  # the other API's schema let through what chat's refuses
+        error = err.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise FrameUsageError(f"This request has no chat completions equivalent: {where}: {error['msg']}.",
+                              param=where or None) from None
 
 
 def _logprobs_k(req: ChatCompletionRequest) -> int | None:
