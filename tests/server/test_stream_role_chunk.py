@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 from frame.server.chat import _stream
 from frame.server.tools import ToolPlan
+from frame.server.turns import ChatRun
 
 
 class FirstTokenWaits:
@@ -40,7 +41,8 @@ def test_the_role_chunk_waits_for_the_first_token() -> None:
         gen = FirstTokenWaits()
         state = SimpleNamespace(model_name="m", tool_parser=None)
         req = SimpleNamespace(n=1, stream_options=None)
-        stream = _stream(gen, req, state, 0, None, ToolPlan("none"))  # type: ignore[arg-type]
+        run = ChatRun(gen, ToolPlan("none"), None, None)  # type: ignore[arg-type]
+        stream = _stream(run, req, state, 0)  # type: ignore[arg-type]
         first = asyncio.ensure_future(stream.__anext__())
         for _ in range(20):  # let the stream run as far as it can without a token
             await asyncio.sleep(0)
