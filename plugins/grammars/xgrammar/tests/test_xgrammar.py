@@ -65,3 +65,24 @@ def test_errors_name_the_field_without_source_paths(backend, spec, message: str)
     with pytest.raises(InvalidSamplingError) as err:
         backend.compile(spec)
     assert str(err.value).startswith(message) and ".cc:" not in str(err.value) and str(err.value).endswith(".")
+
+
+def test_a_structural_tag_of_calls_may_end_after_each_call(backend, tokenizer) -> None:
+    # The shape the server builds for tool_choice "required": calls separated by ", ", ending after any of them.
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    tag = {"type": "tag", "begin": '{"name": "f", "parameters": ', "end": "}",
+           "content": {"type": "json_schema", "json_schema": schema}}
+    spec = StructuredOutputs(structural_tag=json.dumps({"type": "structural_tag", "format": {
+        "type": "tags_with_separator", "tags": [tag], "separator": ", ", "at_least_one": True}}))
+    matcher = backend.matcher(backend.compile(spec))
+    assert not allowed(matcher)[2]  # at least one call
+    for token in tokenizer('{"name": "f", "parameters": {"x": 1}}')["input_ids"]:
+        assert matcher.accept(token)
+    after_one = allowed(matcher)
+    comma = tokenizer(", ")["input_ids"][0]
+    assert after_one[2] and after_one[comma]  # the stop token, or a separator and another call
+    assert matcher.accept(comma)
+    assert not allowed(matcher)[2]  # after a separator, another call must follow
+    with pytest.raises(InvalidSamplingError) as err:
+        backend.compile(StructuredOutputs(structural_tag='{"type": "structural_tag", "format": {"type": "nope"}}'))
+    assert err.value.param == "structured_outputs.structural_tag"
