@@ -90,5 +90,6 @@ def test_a_constraint_that_cannot_compile_is_one_sentence(llm: LLM, spec, field:
 
 
 def test_exactly_one_constraint() -> None:
-    with pytest.raises(InvalidSamplingError, match="exactly one of json, json_object, regex, choice and grammar"):
+    with pytest.raises(InvalidSamplingError,
+                       match="exactly one of json, json_object, regex, choice, grammar and structural_tag"):
         StructuredOutputs(regex="a", choice=["a"])

@@ -20,7 +20,7 @@ from frame.errors import UnknownPluginError
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import BrokenPlugin
 
-log = logging.getLogger("frame.plugins")
+log = logging.getLogger("frame.selection")  # the lookup is part of resolving the engine's plugins
 
 
 def _named(broken: list[BrokenPlugin]) -> str:
