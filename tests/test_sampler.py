@@ -1,10 +1,16 @@
-"""frame.engine.worker.sampler.row_argmax: torch's argmax, answer for answer, on vocabulary-wide rows."""
+"""frame.engine.worker.sampler: row_argmax is torch's argmax, answer for answer, on vocabulary-wide rows; the
+logit bias equals a row-by-row reference."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from frame.engine.worker.sampler import row_argmax
+from frame.engine.wire.plan import NewRequest
+from frame.engine.worker.batch import PersistentBatch
+from frame.engine.worker.sampler import Sampler, add_logit_bias, row_argmax
+from frame.errors import InvalidSamplingError
+from frame.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize("width", [100, 4096, 49152, 50257])  # short rows, whole chunks, a ragged last chunk
@@ -30,3 +36,46 @@ def test_ties_nan_and_infinities_resolve_as_torch_does() -> None:
 def test_row_argmax_of_a_strided_view() -> None:
     x = torch.randn(6, 2 * 8192, generator=torch.Generator().manual_seed(1))[:, ::2]
     assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+
+
+def _batch(biases: list[dict[int, float] | None]) -> PersistentBatch:
+    batch = PersistentBatch(len(biases), 64, 4)
+    for i, bias in enumerate(biases):
+        batch.add(NewRequest(req_id=f"r{i}", prompt_token_ids=[1, 2], params=SamplingParams(logit_bias=bias),
+                             block_ids=[i], num_computed_tokens=0, num_new_tokens=2), None)
+    return batch
+
+
+def test_logit_bias_equals_a_row_by_row_reference() -> None:
+    vocab = 1000
+    biases = [{3: 5.0, 999: -100.0}, None, {0: 100.0, 3: -2.5, 500: 0.25}, {}, {7: 1.0, 5000: 3.0}]
+    batch = _batch(biases)
+    rows = np.asarray([4, 2, 0, 1, 3])  # the step's order is not the batch's
+    logits = torch.randn(len(rows), vocab, generator=torch.Generator().manual_seed(0))
+    expected = logits.clone()
+    for i, row in enumerate(rows.tolist()):
+        for token, bias in (biases[row] or {}).items():
+            if token < vocab:  # ids past the vocabulary are dropped (the server refuses them first)
+                expected[i, token] += bias
+    got = add_logit_bias(logits, batch, rows)
+    assert torch.equal(got, expected)
+    assert not torch.equal(logits, expected)  # the raw logits are left for the logprobs
+
+
+def test_logit_bias_steers_the_draw_and_leaves_logprobs_raw() -> None:
+    batch = _batch([{3: 100.0}])
+    batch.num_logprobs[0] = 1
+    logits = torch.zeros(1, 10)
+    logits[0, 7] = 5.0
+    out = Sampler()(logits, batch, np.asarray([0]))
+    assert out.token_ids.tolist() == [3]
+    raw = torch.log_softmax(logits[0], dim=-1)
+    assert out.logprobs[0] is not None and out.logprobs[0].logprob == pytest.approx(raw[3].item())
+    assert out.logprobs[0].top[0][0] == 7
+
+
+@pytest.mark.parametrize(("bias", "why"), [({-1: 1.0}, "non-negative"), ({5: 100.5}, "between -100 and 100"),
+                                           ({5: float("nan")}, "between -100 and 100")])
+def test_logit_bias_out_of_range_is_refused(bias: dict[int, float], why: str) -> None:
+    with pytest.raises(InvalidSamplingError, match=why):
+        SamplingParams(logit_bias=bias)

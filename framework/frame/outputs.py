@@ -37,7 +37,10 @@ class CompletionOutput:
 
 @dataclass
 class RequestOutput:
-    """A request's prompt and its completions. ``num_cached_tokens``: prompt tokens reused from the prefix cache."""
+    """A request's prompt and its completions. ``num_cached_tokens``: prompt tokens reused from the prefix cache.
+
+    ``prompt_logprobs`` (when the request set ``prompt_logprobs``): one entry per prompt token, None for the first
+    (nothing precedes it), then the token's logprob and the top alternatives, as vLLM's."""
 
     request_id: str
     prompt: str | None
@@ -45,3 +48,4 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = False
     num_cached_tokens: int = 0
+    prompt_logprobs: list[PositionLogprobs | None] | None = None

@@ -71,6 +71,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
 
     ``temperature == 0`` means greedy. ``top_k`` of ``None`` (or vLLM's ``-1``/``0``) means no top-k cut.
     ``logprobs=N`` returns the N most likely tokens' logprobs (and the sampled one's) at each step.
+    ``prompt_logprobs=N`` (vLLM's meaning; None: off) returns, for every prompt position after the first, the
+    logprob of the prompt's own token and the N most likely alternatives, computed in the prefill's forward pass.
+    ``logit_bias`` maps token ids to a bias in [-100, 100] added to their logits before sampling (logprobs stay
+    those of the raw distribution, as in vLLM).
     ``n`` completions are generated per prompt; each is an independent sequence in the engine that shares the
     prompt's KV through the prefix cache. ``num_speculative_tokens`` caps the drafts verified per step for this
     request when the engine speculates (0: none; None: the engine's count).
@@ -95,6 +99,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     skip_special_tokens: bool = True
     num_speculative_tokens: int | None = None
     structured_outputs: StructuredOutputs | None = None
+    prompt_logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -133,10 +139,25 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("num_speculative_tokens", f"must be between 0 and 16, got {self.num_speculative_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            raise bad("prompt_logprobs", f"must be between 0 and {MAX_LOGPROBS}, got {self.prompt_logprobs}")
+        if self.logit_bias:
+            self._check_logit_bias()
         if any(not s for s in self.stop):
             raise bad("stop", "must not contain empty strings")
         if any(t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must be non-negative token ids")
+
+    def _check_logit_bias(self) -> None:
+        assert self.logit_bias is not None
+        token = next((t for t in self.logit_bias if t < 0), None)
+        if token is not None:
+            raise InvalidSamplingError(f"logit_bias holds token id {token}; token ids are non-negative.",
+                                       param="logit_bias")
+        token = next((t for t, b in self.logit_bias.items() if not -100.0 <= b <= 100.0), None)
+        if token is not None:
+            raise InvalidSamplingError(f"logit_bias of token {token} must be between -100 and 100, got "
+                                       f"{self.logit_bias[token]}.", param="logit_bias")
 
     @property
     def greedy(self) -> bool:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from frame.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from frame.engine.wire.requests import TokenLogprobs
 
 
 class SequenceStatus(enum.Enum):
@@ -52,6 +56,8 @@ class Sequence:
     stop_reason: int | str | None = None
     #: Draft tokens a proposer offered after the last step, to be verified in the next (speculative decoding).
     spec_token_ids: list[int] = field(default_factory=list)
+    #: Prompt logprobs the runner reported (``params.prompt_logprobs``), held until they go out with a first token.
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
     _all_token_ids: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:

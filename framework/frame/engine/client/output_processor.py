@@ -46,10 +46,12 @@ class _Request:
     params: SamplingParams
     children: list[_Child] = field(default_factory=list)
     num_cached_tokens: int = 0
+    prompt_logprobs: list[PositionLogprobs | None] | None = None
 
     def result(self) -> RequestOutput:
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids,
-                             [c.output for c in self.children], self.finished, self.num_cached_tokens)
+                             [c.output for c in self.children], self.finished, self.num_cached_tokens,
+                             self.prompt_logprobs)
 
     @property
     def finished(self) -> bool:
@@ -83,11 +85,14 @@ class OutputProcessor:
     def add(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams,
             arrival_time: float, priority: int = 0, cache_salt: str | None = None) -> list[EngineRequest]:
         """Register a request; returns the engine requests (one per completion) to send to the engine core."""
-        state = _Request(request_id, prompt, prompt_token_ids, params)
+        state = _Request(request_id, prompt, prompt_token_ids, params,
+                         prompt_logprobs=None if params.prompt_logprobs is None else [None])
         engine_requests = []
         for i in range(params.n):
+            # The prompt is the same for every completion: only the first scores it.
             child_params = msgspec.structs.replace(
-                params, n=1, seed=None if params.seed is None else params.seed + i)
+                params, n=1, seed=None if params.seed is None else params.seed + i,
+                prompt_logprobs=params.prompt_logprobs if i == 0 else None)
             state.children.append(_Child(
                 CompletionOutput(i, logprobs=[] if params.logprobs is not None else None,
                                  cumulative_logprob=0.0 if params.logprobs is not None else None),
@@ -121,6 +126,8 @@ class OutputProcessor:
             state, index = entry
             child = state.children[index]
             state.num_cached_tokens = max(state.num_cached_tokens, out.num_cached_tokens)
+            if out.prompt_logprobs and state.prompt_logprobs is not None:
+                state.prompt_logprobs.extend(self._position(item) for item in out.prompt_logprobs)
             delta = self._apply(state, child, out)
             result.deltas.append(delta)
             if delta.finish_reason is not None:
@@ -179,17 +186,20 @@ class OutputProcessor:
         return new[: len(new) - hold], None, new[len(new) - hold:]
 
     def _logprobs(self, completion: CompletionOutput, items: list[TokenLogprobs]) -> list[PositionLogprobs]:
-        positions = []
-        for item in items:
-            ranks = {tid: r for r, (tid, _) in enumerate(item.top, start=1)}
-            pos: PositionLogprobs = {item.token_id: Logprob(item.logprob, ranks.get(item.token_id),
-                                                            self.tokenizer.decode([item.token_id]))}
-            for tid, lp in item.top:
-                if tid not in pos:
-                    pos[tid] = Logprob(lp, ranks[tid], self.tokenizer.decode([tid]))
-            positions.append(pos)
-            if completion.cumulative_logprob is not None:
+        positions = [self._position(item) for item in items]
+        if completion.cumulative_logprob is not None:
+            for item in items:
                 completion.cumulative_logprob += item.logprob
         if completion.logprobs is not None:
             completion.logprobs.extend(positions)
         return positions
+
+    def _position(self, item: TokenLogprobs) -> PositionLogprobs:
+        """One position's logprobs by token id: the chosen token first, then the top alternatives, ranked."""
+        ranks = {tid: r for r, (tid, _) in enumerate(item.top, start=1)}
+        pos: PositionLogprobs = {item.token_id: Logprob(item.logprob, ranks.get(item.token_id),
+                                                        self.tokenizer.decode([item.token_id]))}
+        for tid, lp in item.top:
+            if tid not in pos:
+                pos[tid] = Logprob(lp, ranks[tid], self.tokenizer.decode([tid]))
+        return pos

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from frame.engine.core.outputs import engine_output
+from frame.engine.core.outputs import engine_output, hold_prompt_logprobs
 from frame.engine.core.stopping import stop_status
 from frame.engine.core.structured import StructuredOutputManager
 from frame.engine.wire.plan import NewRequest, RunnerOutput, RunningRequest, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest
-from frame.interfaces.cache import BlockCopy, KVCacheStrategy
+from frame.interfaces.cache import BlockCopy, KVCacheStrategy, PrefixMatch
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.sequence import Sequence, SequenceStatus
 
@@ -100,7 +100,7 @@ class Scheduler:
 
     # -- PrefixLookup, for the policy ---------------------------------------------------------------------
     def cached_prefix_tokens(self, seq: Sequence) -> int:
-        return self.cache.match(seq).num_tokens
+        return 0 if seq.params.prompt_logprobs is not None else self.cache.match(seq).num_tokens
 
     # -- queues -------------------------------------------------------------------------------------------
     @property
@@ -225,8 +225,9 @@ class Scheduler:
         for seq in self.policy.admission_order(self.waiting, self):
             if step.budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
                 break
-            match = self.cache.match(seq)
-            if self._waits_for_shared_prefill(seq, match.num_tokens, step):
+            # No prefix hit for a request asking for prompt logprobs: each prompt position needs its logits.
+            match = PrefixMatch(0) if seq.params.prompt_logprobs is not None else self.cache.match(seq)
+            if seq.params.prompt_logprobs is None and self._waits_for_shared_prefill(seq, match.num_tokens, step):
                 continue
             remaining = seq.num_tokens - match.num_tokens
             num_new = min(remaining, step.budget)
@@ -325,6 +326,7 @@ class Scheduler:
         appended: dict[str, int] = {}
         finished: list[Sequence] = []
         drafted = accepted = 0
+        hold_prompt_logprobs(output.prompt_logprobs, self._live)
         for req in (*plan.new_requests, *plan.running):
             seq = self._live.get(req.req_id)
             if seq is None:  # aborted between schedule() and update()

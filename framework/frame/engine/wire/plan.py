@@ -102,11 +102,22 @@ class RequestSample(msgspec.Struct, frozen=True, array_like=True):
     draft_token_ids: list[int] = []
 
 
+class PromptLogprobs(msgspec.Struct, frozen=True, array_like=True):
+    """Prompt logprobs one request gained in a step: ``logprobs[i]`` scores prompt token ``start + i`` (its logprob
+    given the tokens before it, and the top alternatives there); ``start`` is at least 1."""
+
+    req_id: str
+    start: int
+    logprobs: list[TokenLogprobs]
+
+
 class RunnerOutput(msgspec.Struct, frozen=True, kw_only=True):
-    """What the driver worker reports for a step: the samples of every request that reached its last token.
+    """What the driver worker reports for a step: the samples of every request that reached its last token, and
+    the prompt logprobs of the prompt positions the step computed for requests that ask for them.
 
     ``comm_seconds`` is the time the step's collectives took on the driver rank (0 without tensor parallelism).
     """
 
     samples: list[RequestSample] = []
+    prompt_logprobs: list[PromptLogprobs] = []
     comm_seconds: float = 0.0

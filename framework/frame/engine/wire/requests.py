@@ -35,7 +35,8 @@ class EngineOutput(msgspec.Struct, kw_only=True):
     """New tokens of one sequence from one step (or its end).
 
     ``finish_reason`` is ``"stop"``, ``"length"`` or ``"abort"`` on the sequence's last output, else None;
-    ``stop_reason`` is the stop token id when a stop token ended it.
+    ``stop_reason`` is the stop token id when a stop token ended it. ``prompt_logprobs`` (on a request's first
+    output, when it asked for them) score its prompt tokens from the second on.
     """
 
     request_id: str
@@ -45,6 +46,7 @@ class EngineOutput(msgspec.Struct, kw_only=True):
     stop_reason: int | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    prompt_logprobs: list[TokenLogprobs] | None = None
 
     @property
     def finished(self) -> bool:

@@ -21,7 +21,8 @@ from frame.sampling_params import SamplingParams
 @dataclass
 class RequestState:
     """What a row holds that is not an array column: the parameters and the seeded generator (kept while the
-    request is parked after a preemption)."""
+    request is parked after a preemption), the logit bias as id and value arrays, and the first prompt position
+    whose logprob is still to report (``prompt_logprobs``: a recomputed position is not reported twice)."""
 
     req_id: str
     params: SamplingParams
@@ -29,6 +30,14 @@ class RequestState:
     generator: torch.Generator | None
     num_prompt_tokens: int
     parked_tokens: np.ndarray | None = None
+    next_prompt_logprob: int = 1
+    bias_ids: np.ndarray | None = None
+    bias_values: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.params.logit_bias:
+            self.bias_ids = np.fromiter(self.params.logit_bias.keys(), dtype=np.int64)
+            self.bias_values = np.fromiter(self.params.logit_bias.values(), dtype=np.float32)
 
 
 class PersistentBatch:
@@ -56,6 +65,8 @@ class PersistentBatch:
         self.frequency_penalty = np.zeros(max_rows, dtype=np.float32)
         self.min_tokens = np.zeros(max_rows, dtype=np.int32)
         self.num_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: no logprobs
+        self.num_prompt_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: no prompt logprobs
+        self.has_logit_bias = np.zeros(max_rows, dtype=bool)
         self.states: dict[str, RequestState] = {}
         self.row_of: dict[str, int] = {}
         self.state_of_row: list[RequestState | None] = [None] * max_rows
@@ -97,6 +108,8 @@ class PersistentBatch:
         self.frequency_penalty[row] = params.frequency_penalty
         self.min_tokens[row] = params.min_tokens
         self.num_logprobs[row] = -1 if params.logprobs is None else params.logprobs
+        self.num_prompt_logprobs[row] = -1 if params.prompt_logprobs is None else params.prompt_logprobs
+        self.has_logit_bias[row] = state.bias_ids is not None
         return row
 
     def update(self, req: RunningRequest) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 import torch
 
 from frame.config import EngineConfig
@@ -163,7 +164,7 @@ class Worker:
         output = self.runner.execute(plan)
         communicator = self.parallel.communicator
         if communicator is not None:
-            return RunnerOutput(samples=output.samples, comm_seconds=communicator.take_seconds())
+            return msgspec.structs.replace(output, comm_seconds=communicator.take_seconds())
         return output
 
     @property

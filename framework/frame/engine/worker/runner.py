@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from frame.engine.wire.plan import BlockCopy, RequestSample, RunnerOutput, SchedulerOutput
+from frame.engine.wire.plan import BlockCopy, PromptLogprobs, RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.worker.batch import PersistentBatch
 from frame.engine.worker.graphs import Capture, DecodeGraphs
+from frame.engine.worker.prompt_logprobs import PromptRows, score_prompt, take_prompt_rows
 from frame.engine.worker.sampler import Sampler, mask_disallowed
 from frame.engine.worker.speculation import verify
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
@@ -172,20 +173,25 @@ class ModelRunner:
             self.graphs = None
         return self.graphs is not None
 
-    def forward(self, host: HostInputs) -> torch.Tensor | None:
-        """Logits ``[sampling requests, vocab]`` of one step (None when no request samples): a recorded graph for
-        a decode step that fits one, the model run eagerly otherwise."""
-        if self.graphs is not None and host.is_pure_decode and self.graphs.bucket(len(host.query_lens)):
-            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables)
+    def forward(self, host: HostInputs, prompt: PromptRows | None = None,
+                ) -> tuple[torch.Tensor | None, list[PromptLogprobs]]:
+        """Logits ``[sampling requests, vocab]`` of one step (None when no request samples) and the prompt
+        logprobs of ``prompt``'s rows, from the same forward: a recorded graph for a decode step that fits one,
+        the model run eagerly otherwise."""
+        if (prompt is None and self.graphs is not None and host.is_pure_decode
+                and self.graphs.bucket(len(host.query_lens))):
+            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables), []
         inputs = self.to_device(host)
         meta = self.attention.build_metadata(inputs.meta)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, meta)
-        return self.model.compute_logits(hidden[inputs.logits_rows]) if host.samples.any() else None
+        scored = score_prompt(self.model, hidden, prompt) if prompt is not None else []
+        return (self.model.compute_logits(hidden[inputs.logits_rows]) if host.samples.any() else None), scored
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
-        """Run one step; returns the sampled tokens (and logprobs) of every request that reached its end, and the
-        proposer's drafts for the next step."""
+        """Run one step; returns the sampled tokens (and logprobs) of every request that reached its end, the
+        prompt logprobs of the prompt positions it computed for requests that ask, and the proposer's drafts for
+        the next step."""
         rows, counts = self.apply_plan(plan)
         if plan.block_copies:
             self.copy_blocks(plan.block_copies)
@@ -194,15 +200,15 @@ class ModelRunner:
         if not len(rows):
             return RunnerOutput()
         host = self.gather(rows, counts)
-        logits = self.forward(host)
+        logits, scored = self.forward(host, take_prompt_rows(self.batch, rows, counts, host.seq_lens - counts))
         if logits is None:
-            return RunnerOutput()
+            return RunnerOutput(prompt_logprobs=scored)
         if plan.grammar_ids:
             self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
         samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
         if self.proposer is not None:
             samples = self.propose(samples)
-        return RunnerOutput(samples=samples)
+        return RunnerOutput(samples=samples, prompt_logprobs=scored)
 
     def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
         """Mask the logits of constrained requests with the plan's structured-output rows (every position each

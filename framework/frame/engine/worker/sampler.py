@@ -1,7 +1,7 @@
 """Sampler: turns the step's logits into one token per sampling request, vectorised over the batch.
 
-Order of operations (as in vLLM): logprobs of the raw distribution (if asked), then penalties (repetition,
-presence, frequency), the min-tokens ban on stop tokens, temperature, top-k, top-p and min-p, then a draw.
+Order of operations (as in vLLM): logprobs of the raw distribution (if asked), then the logit bias, penalties
+(repetition, presence, frequency), the min-tokens ban on stop tokens, temperature, top-k, top-p and min-p, then a draw.
 Greedy rows take the argmax. Seeded rows draw from their own generator, so a seeded request's sample does not
 depend on what else is in the batch; unseeded rows share the engine's generator. Parameters come from the
 runner's :class:`~frame.engine.worker.batch.PersistentBatch` columns, never from scheduler objects.
@@ -39,6 +39,7 @@ class Sampler:
         logits = logits.float()
         num_logprobs = batch.num_logprobs[rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if bool((num_logprobs >= 0).any()) else None
+        logits = add_logit_bias(logits, batch, rows)
         logits = self._apply_penalties(logits, batch, rows)
         self._ban_early_stops(logits, batch, rows)
         tokens = self._draw(logits, batch, rows).cpu().numpy()
@@ -104,6 +105,24 @@ class Sampler:
         # argmax(p / q) with q ~ Exp(1) draws from p (the exponential-race form of the Gumbel trick).
         tokens[index] = row_argmax(probs / noise.to(device))
         return tokens
+
+
+def add_logit_bias(logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> torch.Tensor:
+    """Add each biased row's ``logit_bias`` to its logits: one sparse scatter-add over every biased row of the step
+    (a copy; the raw logits may still be needed). Rows without a bias cost one boolean column read."""
+    biased = np.flatnonzero(batch.has_logit_bias[rows])
+    if not len(biased):
+        return logits
+    states = [batch.state_of_row[int(rows[i])] for i in biased]
+    ids = np.concatenate([s.bias_ids for s in states])  # type: ignore[misc]
+    values = np.concatenate([s.bias_values for s in states])  # type: ignore[misc]
+    row_index = np.repeat(biased, [len(s.bias_ids) for s in states])  # type: ignore[arg-type]
+    inside = ids < logits.shape[-1]  # the server refuses ids past the vocabulary; the offline API may not
+    device = logits.device
+    logits = logits.clone()
+    logits.index_put_((torch.from_numpy(row_index[inside]).to(device), torch.from_numpy(ids[inside]).to(device)),
+                      torch.from_numpy(values[inside]).to(device, logits.dtype), accumulate=True)
+    return logits
 
 
 def penalize(row: torch.Tensor, params: SamplingParams, seen: np.ndarray, outputs: np.ndarray) -> None:
