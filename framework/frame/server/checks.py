@@ -52,6 +52,25 @@ def check_length(num_prompt_tokens: int, max_tokens: int | None, max_model_len: 
         )
 
 
+def logit_bias(bias: dict[str, float] | None, vocab_size: int) -> dict[int, float] | None:
+    """OpenAI's ``logit_bias`` (token id text -> bias in [-100, 100]) as SamplingParams takes it; one-sentence
+    400s for a key that is not a token id of this vocabulary or a bias out of range."""
+    if not bias:
+        return None
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        token = int(key) if key.isascii() and key.isdigit() else None
+        if token is None or token >= vocab_size:
+            raise InvalidSamplingError(f"logit_bias key {key!r} is not a token id of this model's vocabulary "
+                                       f"[0, {vocab_size}); use token ids written as decimal strings.",
+                                       param="logit_bias")
+        if not -100.0 <= value <= 100.0:
+            raise InvalidSamplingError(f"logit_bias of token {key} is {value}; a bias must be between -100 and 100.",
+                                       param="logit_bias")
+        out[token] = float(value)
+    return out
+
+
 def _limit(value: int | None, limit: int | None, param: str, what: str) -> None:
     if value is not None and limit is not None and value > limit:
         raise ServerError(f"{param} is {value}, over this server's limit of {limit} {what}.",
@@ -60,15 +79,15 @@ def _limit(value: int | None, limit: int | None, param: str, what: str) -> None:
 
 def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: int | None,
                     logprobs: int | None, vocab_size: int, max_speculative_tokens: int = 0,
-                    structured_outputs: StructuredOutputs | None = None) -> SamplingParams:
+                    structured_outputs: StructuredOutputs | None = None,
+                    prompt_logprobs: int | None = None) -> SamplingParams:
     """SamplingParams from a request's fields; raises a usage error (400) for anything out of range."""
-    if req.logit_bias:
-        raise ServerError("logit_bias is not supported by this server.", status=400, code="unsupported",
-                          param="logit_bias")
+    bias = logit_bias(req.logit_bias, vocab_size)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     _limit(req.n, limits.max_n, "n", "completions per request")
     _limit(max_tokens, limits.max_tokens, "max_tokens", "tokens")
     _limit(logprobs, limits.max_logprobs, "logprobs", "top logprobs")
+    _limit(prompt_logprobs, limits.max_logprobs, "prompt_logprobs", "top logprobs")
     _limit(len(stop), limits.max_stop, "stop", "stop strings")
     stop_chars = sum(len(s) for s in stop)
     if stop_chars > limits.max_stop_chars:
@@ -94,7 +113,7 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
             stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
             include_stop_str_in_output=req.include_stop_str_in_output, logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens, num_speculative_tokens=req.num_speculative_tokens,
-            structured_outputs=structured_outputs,
+            structured_outputs=structured_outputs, prompt_logprobs=prompt_logprobs, logit_bias=bias,
         )
     except (TypeError, ValueError) as err:  # msgspec reports a wrong type as TypeError
         raise InvalidSamplingError(f"Invalid sampling parameters: {err}.") from None

@@ -10,12 +10,20 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from frame.errors import FrameUsageError
 from frame.outputs import RequestOutput
 from frame.server.checks import check_length, check_model, sampling_params
 from frame.server.constraints import requested_constraint
 from frame.server.deps import cache_salt, check_ids, default_max_tokens, get_state, new_id
 from frame.server.errors import ServerError
-from frame.server.formatting import completion_logprobs, sse, sse_stream, usage
+from frame.server.formatting import (
+    completion_logprobs,
+    echo_logprobs,
+    prompt_logprobs_json,
+    sse,
+    sse_stream,
+    usage_counts,
+)
 from frame.server.generation import ClientDisconnectedError, Generation, PromptJob
 from frame.server.schemas import CompletionRequest
 from frame.server.state import ServerState
@@ -39,6 +47,13 @@ async def _jobs(state: ServerState, prompt: str | list[str] | list[int] | list[l
     return [PromptJob(None, check_ids(state, list(p))) for p in prompt]  # type: ignore[arg-type]
 
 
+def _prompt_k(req: CompletionRequest) -> int | None:
+    """The top-k of the prompt logprobs the request needs: ``echo`` with ``logprobs`` scores the prompt (OpenAI),
+    and so does vLLM's ``prompt_logprobs``; None when it needs none."""
+    asked = [k for k in (req.logprobs if req.echo else None, req.prompt_logprobs) if k is not None]
+    return max(asked) if asked else None
+
+
 def _unsupported(req: CompletionRequest) -> None:
     def refuse(param: str, why: str) -> ServerError:
         return ServerError(f"{param} {why}.", status=400, code="unsupported", param=param)
@@ -47,8 +62,12 @@ def _unsupported(req: CompletionRequest) -> None:
         raise refuse("suffix", "is not supported by this server")
     if req.best_of is not None and req.best_of != req.n:
         raise refuse("best_of", f"must equal n ({req.n}) on this server")
-    if req.echo and req.logprobs is not None:
-        raise refuse("echo", "cannot be combined with logprobs on this server")
+    if req.max_tokens == 0 and not req.echo:
+        raise FrameUsageError("max_tokens must be at least 1 unless echo is true (then 0 returns the prompt "
+                              "and generates nothing).", param="max_tokens")
+    if req.stream and (_prompt_k(req) is not None or req.max_tokens == 0):
+        raise refuse("stream", "cannot be combined with prompt logprobs (echo with logprobs, or prompt_logprobs) "
+                     "or max_tokens 0 on this server; send stream: false")
     if req.stream_options is not None and not req.stream:
         raise refuse("stream_options", "is only allowed when stream is true")
 
@@ -67,10 +86,11 @@ async def create_completion(req: CompletionRequest, raw: Request,
     constraint = requested_constraint(req)
     if constraint is not None:
         await state.constraints.check(*constraint)
-    params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=req.logprobs,
+    # max_tokens 0 (echo only): the engine samples one token, which the response leaves out, as vLLM does.
+    params = sampling_params(req, state.settings.limits, max_tokens=max_tokens or 1, logprobs=req.logprobs,
                              vocab_size=state.info.vocab_size,
                              max_speculative_tokens=state.info.max_speculative_tokens,
-                             structured_outputs=constraint and constraint[0])
+                             structured_outputs=constraint and constraint[0], prompt_logprobs=_prompt_k(req))
     for job in jobs:
         check_length(len(job.ids), params.max_tokens, state.info.max_model_len)
     gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, cache_salt(raw, req.cache_salt))
@@ -93,16 +113,31 @@ def _text(state: ServerState, job: PromptJob) -> str:
 def _body(gen: Generation, req: CompletionRequest, state: ServerState, created: int,
           results: list[RequestOutput]) -> dict[str, Any]:
     choices = []
+    generated = 0
     for p, result in enumerate(results):
         prefix = _text(state, gen.jobs[p]) if req.echo else ""
         for out in result.outputs:
-            logprobs = None
-            if req.logprobs is not None and out.logprobs is not None:
-                logprobs = completion_logprobs(out.token_ids, out.logprobs, req.logprobs)
-            choices.append({"index": p * req.n + out.index, "text": prefix + out.text, "logprobs": logprobs,
-                            "finish_reason": out.finish_reason, "stop_reason": out.stop_reason})
+            nothing = req.max_tokens == 0
+            token_ids, text = ([], "") if nothing else (out.token_ids, out.text)
+            positions = [] if nothing else out.logprobs or []
+            generated += len(token_ids)
+            choice = {"index": p * req.n + out.index, "text": prefix + text, "logprobs": None,
+                      "finish_reason": "length" if nothing else out.finish_reason,
+                      "stop_reason": None if nothing else out.stop_reason}
+            if req.logprobs is not None and req.echo and result.prompt_logprobs is not None:
+                first = state.tokenizer.decode([result.prompt_token_ids[0]])
+                choice["logprobs"] = echo_logprobs(first, result.prompt_token_ids, result.prompt_logprobs,
+                                                   token_ids, positions, req.logprobs)
+            elif req.logprobs is not None and out.logprobs is not None:
+                choice["logprobs"] = completion_logprobs(token_ids, positions, req.logprobs)
+            if req.prompt_logprobs is not None and result.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = prompt_logprobs_json(result.prompt_logprobs, req.prompt_logprobs)
+            choices.append(choice)
+    prompt_tokens = sum(len(r.prompt_token_ids) for r in results)
+    cached = sum(r.num_cached_tokens for r in results)
     return {"id": gen.request_id, "object": "text_completion", "created": created, "model": state.model_name,
-            "choices": choices, "usage": usage(results, state.settings.prompt_tokens_details)}
+            "choices": choices,
+            "usage": usage_counts(prompt_tokens, generated, cached, state.settings.prompt_tokens_details)}
 
 
 async def _stream(gen: Generation, req: CompletionRequest, state: ServerState, created: int) -> AsyncIterator[str]:

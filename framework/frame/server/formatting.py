@@ -46,6 +46,32 @@ def completion_logprobs(token_ids: list[int], positions: list[PositionLogprobs],
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
 
 
+def echo_logprobs(first_token: str, prompt_ids: list[int], prompt: list[PositionLogprobs | None],
+                  token_ids: list[int], positions: list[PositionLogprobs], k: int) -> dict[str, Any]:
+    """``choices[].logprobs`` of an ``echo`` completion: the prompt's tokens (the first, ``first_token``, has no
+    logprob: None, as OpenAI and vLLM answer), then the completion's, text offsets running on over both."""
+    scored: list[PositionLogprobs] = [p for p in prompt[1:] if p is not None]
+    head = completion_logprobs(prompt_ids[1:], scored, k, len(first_token))
+    end = head["text_offset"][-1] + len(head["tokens"][-1]) if head["tokens"] else len(first_token)
+    tail = completion_logprobs(token_ids, positions, k, end)
+    return {"tokens": [first_token, *head["tokens"], *tail["tokens"]],
+            "token_logprobs": [None, *head["token_logprobs"], *tail["token_logprobs"]],
+            "top_logprobs": [None, *head["top_logprobs"], *tail["top_logprobs"]],
+            "text_offset": [0, *head["text_offset"], *tail["text_offset"]]}
+
+
+def prompt_logprobs_json(prompt: list[PositionLogprobs | None], k: int) -> list[dict[str, Any] | None]:
+    """vLLM's ``choices[].prompt_logprobs``: per prompt token None (the first) or, by token id, the prompt token's
+    and the top ``k``'s ``logprob``, ``rank`` and ``decoded_token``."""
+    out: list[dict[str, Any] | None] = [None]
+    for position in prompt[1:]:
+        assert position is not None
+        own = next(iter(position))  # the prompt's own token comes first
+        out.append({str(tid): {"logprob": _lp(lp.logprob), "rank": lp.rank, "decoded_token": lp.decoded_token}
+                    for tid, lp in position.items() if tid == own or (lp.rank is not None and lp.rank <= k)})
+    return out
+
+
 def chat_logprobs(token_ids: list[int], positions: list[PositionLogprobs], k: int) -> dict[str, Any]:
     """``choices[].logprobs`` of /v1/chat/completions: ``{"content": [...]}`` with ``top_logprobs`` of ``k``."""
     content = []

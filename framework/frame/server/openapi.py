@@ -7,7 +7,7 @@ shape, so the 422s and their schemas go and every status a route can answer is d
 routes also stream ``text/event-stream``, and
 ``/metrics`` is Prometheus text. The operator's limits (``n``, ``max_tokens``, ``logprobs``, the stop list) appear
 as each field's maximum, the vocabulary as every token id's, the served names as ``model``'s values, the sampling
-ranges, and the fields this server refuses unless empty (``logit_bias``, ``suffix``) as empty.
+ranges, and the field this server refuses unless empty (``suffix``) as empty.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _WITH_MODEL = (*_STREAMING, "/tokenize", "/detokenize", "/v1/messages/count_toke
 _BODIES = (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest, ResponsesRequest,
            MessagesRequest, CountTokensRequest)
 #: Fields the server refuses unless empty; the schema accepts them only so, as the server does.
-_ONLY_EMPTY = {"logit_bias": {"maxProperties": 0}, "suffix": {"maxLength": 0}}
+_ONLY_EMPTY = {"suffix": {"maxLength": 0}}
 #: The ranges SamplingParams checks (a test holds the two together), for the schema to say them too.
 SAMPLING_RANGES = {
     "temperature": {"minimum": 0, "maximum": 100}, "top_p": {"exclusiveMinimum": 0, "maximum": 1},

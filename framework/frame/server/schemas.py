@@ -121,13 +121,15 @@ class SamplingFields(IgnoredFields):
 
 
 class CompletionRequest(SamplingFields):
-    """``POST /v1/completions``. ``prompt``: text, token ids, or a list of either (a batch)."""
+    """``POST /v1/completions``. ``prompt``: text, token ids, or a list of either (a batch). ``max_tokens: 0``
+    (with ``echo``) scores the prompt and generates nothing; ``prompt_logprobs`` is vLLM's extension."""
 
     prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] | TokenIds | \
         Annotated[list[TokenIds], Field(min_length=1)]
-    max_tokens: Count | None = 16
+    max_tokens: NonNegative | None = 16
     logprobs: Logprobs | None = None
     echo: bool = False
+    prompt_logprobs: Logprobs | None = None
     best_of: Count | None = None
     suffix: Text | None = None
 

@@ -197,7 +197,7 @@ class OutputProcessor:
     def _position(self, item: TokenLogprobs) -> PositionLogprobs:
         """One position's logprobs by token id: the chosen token first, then the top alternatives, ranked."""
         ranks = {tid: r for r, (tid, _) in enumerate(item.top, start=1)}
-        pos: PositionLogprobs = {item.token_id: Logprob(item.logprob, ranks.get(item.token_id),
+        pos: PositionLogprobs = {item.token_id: Logprob(item.logprob, ranks.get(item.token_id, item.rank),
                                                         self.tokenizer.decode([item.token_id]))}
         for tid, lp in item.top:
             if tid not in pos:

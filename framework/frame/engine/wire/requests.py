@@ -24,11 +24,13 @@ class EngineRequest(msgspec.Struct, kw_only=True):
 
 
 class TokenLogprobs(msgspec.Struct, array_like=True):
-    """Logprob of the sampled token and the top-N alternatives at one position."""
+    """Logprob of the sampled (or prompt) token and the top-N alternatives at one position; ``rank`` is the
+    token's 1-based rank in the distribution where it was computed (prompt logprobs), else None."""
 
     token_id: int
     logprob: float
     top: list[tuple[int, float]]
+    rank: int | None = None
 
 
 class EngineOutput(msgspec.Struct, kw_only=True):

@@ -72,26 +72,29 @@ def take_prompt_rows(batch: PersistentBatch, rows: np.ndarray, counts: np.ndarra
 
 @torch.inference_mode()
 def score_prompt(model: CausalLM, hidden: torch.Tensor, prompt: PromptRows) -> list[PromptLogprobs]:
-    """Log-softmax (float32) of the lm head over ``prompt``'s hidden rows: each target's logprob and top-k."""
+    """Log-softmax (float32) of the lm head over ``prompt``'s hidden rows: each target's logprob, rank and
+    top-k."""
     device = hidden.device
     index = torch.from_numpy(prompt.flat_rows).to(device)
     targets = torch.from_numpy(prompt.targets).to(device)
     k_max = int(prompt.top_k.max())
-    chosen, top_values, top_ids = [], [], []
+    chosen, ranks, top_values, top_ids = [], [], [], []
     for at in range(0, len(index), _CHUNK):
         logprobs = torch.log_softmax(model.compute_logits(hidden[index[at:at + _CHUNK]]).float(), dim=-1)
-        chosen.append(logprobs.gather(1, targets[at:at + _CHUNK].unsqueeze(1)).squeeze(1))
+        picked = logprobs.gather(1, targets[at:at + _CHUNK].unsqueeze(1))
+        chosen.append(picked.squeeze(1))
+        ranks.append((logprobs > picked).sum(dim=-1) + 1)
         if k_max:
             values, ids = torch.topk(logprobs, k_max, dim=-1)
             top_values.append(values)
             top_ids.append(ids)
-    own = torch.cat(chosen).tolist()
+    own, rank = torch.cat(chosen).tolist(), torch.cat(ranks).tolist()
     values_list = torch.cat(top_values).tolist() if k_max else []
     ids_list = torch.cat(top_ids).tolist() if k_max else []
     items = []
     for i, (target, k) in enumerate(zip(prompt.targets.tolist(), prompt.top_k.tolist(), strict=True)):
         top = list(zip(ids_list[i][:k], values_list[i][:k], strict=True)) if k else []
-        items.append(TokenLogprobs(target, own[i], top))
+        items.append(TokenLogprobs(target, own[i], top, rank[i]))
     out, at = [], 0
     for req_id, start, count in zip(prompt.req_ids, prompt.starts.tolist(), prompt.counts.tolist(), strict=True):
         out.append(PromptLogprobs(req_id, start, items[at:at + count]))
