@@ -80,3 +80,9 @@ def test_greedy_keeps_drafts_while_they_are_the_argmax() -> None:
     [first_wrong] = verify(TARGET, batch, [0], [[2, 1]], [None], generator)
     assert first_wrong.token_ids == [0]
     assert all_kept.logprobs[0].logprob == pytest.approx(float(torch.log_softmax(TARGET[0], -1)[0]))
+
+
+def test_logit_bias_shapes_the_target_before_verification() -> None:
+    batch = one_request(SamplingParams(temperature=0.0, max_tokens=8, logit_bias={4: 100.0}))
+    [kept] = verify(TARGET, batch, [0], [[4, 4]], [None], torch.Generator().manual_seed(0))
+    assert kept.token_ids == [4, 4, 4]  # the unbiased argmaxes are 0, 1, 3

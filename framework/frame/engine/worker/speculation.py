@@ -7,7 +7,7 @@ with probability ``min(1, p_j(d) / q_j(d))``; at the first rejection a token is 
 drawn from ``p_k``. This emits tokens distributed exactly as the target would sample them one at a time (Leviathan
 et al., 2023). A proposal without draft probabilities counts as ``q_j = one-hot(d_{j+1})``. Greedy requests keep
 drafts while they equal the target's argmax. ``p_j`` is the request's full sampling pipeline at that position:
-penalties and the ``min_tokens`` ban see the drafts before it, then temperature, top-k, top-p and min-p.
+the logit bias, penalties and the ``min_tokens`` ban see the drafts before it, then temperature, top-k, top-p and min-p.
 """
 
 from __future__ import annotations
@@ -84,13 +84,18 @@ def _verify_one(span: torch.Tensor, batch: PersistentBatch, row: int, draft: lis
 
 
 def _process(span: torch.Tensor, batch: PersistentBatch, row: int, draft: list[int]) -> torch.Tensor:
-    """Each position's logits after penalties, the min-tokens ban and top-k / top-p / min-p (not temperature)."""
+    """Each position's logits after the logit bias, penalties, the min-tokens ban and top-k / top-p / min-p (not
+    temperature)."""
     state = batch.state_of_row[row]
     assert state is not None
     params = state.params
     history = batch.all_token_ids(row)
     num_outputs = len(history) - state.num_prompt_tokens
     span = span.clone()
+    if state.bias_ids is not None and state.bias_values is not None:
+        inside = state.bias_ids < span.shape[-1]
+        span[:, torch.from_numpy(state.bias_ids[inside]).to(span.device)] += \
+            torch.from_numpy(state.bias_values[inside]).to(span.device, span.dtype)
     for j in range(span.shape[0]):
         seen = np.concatenate([history, np.asarray(draft[:j], dtype=history.dtype)]) if j else history
         penalize(span[j], params, seen, seen[state.num_prompt_tokens:])
