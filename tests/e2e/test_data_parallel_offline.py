@@ -5,6 +5,8 @@ many prompts each core got and the prefix hits its routing earned."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 from frame import LLM, SamplingParams
 from frame.bench.experiment import ExperimentRunner, ExperimentSpec
@@ -40,3 +42,13 @@ def test_an_experiment_cell_at_two_cores_routes_conversations_to_their_cache() -
     assert row["routed"] == [2, 2]  # a conversation per core, both turns on it
     # Turn 2 of each conversation finds turn 1's full blocks (at least the 40-token system prompt's two) cached.
     assert row["prompt_tokens_cached"] >= 2 * 32 and row["output_tokens"] == 8
+
+
+def test_a_script_that_drops_two_cores_leaves_no_pending_task_behind() -> None:
+    script = ("from frame import LLM, SamplingParams\n"
+              f"llm = LLM(data_parallel_size=2, **{ENGINE!r})\n"
+              "llm.generate([{'prompt_token_ids': [1, 2, 3]}], SamplingParams(max_tokens=2))\n"
+              "del llm\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Task was destroyed but it is pending" not in out.stderr

@@ -31,9 +31,17 @@ WAIT_S = 1.0
 
 
 def _close(loop: asyncio.AbstractEventLoop, client: DataParallelClient) -> None:
-    if not loop.is_closed():
-        loop.run_until_complete(client.shutdown())
-        loop.close()
+    if loop.is_closed():
+        return
+    loop.run_until_complete(client.shutdown())
+    # Reader and watchdog tasks the clients cancelled have not run their cancellation yet; closing the loop under
+    # them printed "Task was destroyed but it is pending!" once per task.
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
 
 
 class DataParallelEngine:
