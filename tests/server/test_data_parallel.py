@@ -25,7 +25,8 @@ def test_two_cores_serve_32_concurrent_requests_as_one_does(dp_server, dp_refere
     with dp_server.client() as c:
         values = dp_tools.metrics(c.get("/metrics").text)
         assert c.get("/health").json() == {"status": "ok", "ranks": [{"rank": 0, "status": "ok"},
-                                                                     {"rank": 1, "status": "ok"}]}
+                                                                     {"rank": 1, "status": "ok"}],
+                                           "render_workers": {"size": 2, "missing": 0}}
         ranks = c.get("/version").json()["ranks"]
     after = dp_tools.routed(dp_server)
     assert sum(after.values()) - sum(before.values()) == 32

@@ -58,3 +58,23 @@ def test_workers_render_as_transformers_and_survive_hostile_templates(tokenizer)
         assert pool.pids == []
 
     asyncio.run(run())
+
+
+def test_a_job_msgpack_cannot_carry_is_a_400_and_costs_no_worker(tokenizer):
+    """The pool's own guard, under the server's field check: a one-worker pool refuses two jobs holding 2**70
+    (msgpack's OverflowError) and still renders the next conversation with the same worker."""
+
+    async def run() -> None:
+        pool = RenderPool(render_init(tokenizer), size=1, timeout_s=TIMEOUT_S)
+        await pool.start()
+        try:
+            first = pool.pids
+            for _ in range(2):
+                with pytest.raises(ServerError) as err:
+                    await pool.render(Render(MESSAGES, True, {"n": 2**70}, None, 1 << 20))
+                assert err.value.status == 400 and "64 bits" in err.value.message
+            assert await pool.render(_job()) and pool.pids == first and pool.short == 0
+        finally:
+            await pool.close()
+
+    asyncio.run(run())

@@ -9,8 +9,39 @@ constrains the output with a JSON schema instead.
 
 from __future__ import annotations
 
+import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
+
+#: Deepest nesting of arrays and objects :func:`load_json` parses (Python's json recurses once per level).
+MAX_JSON_DEPTH = 128
+#: Longest text :func:`load_json` parses.
+MAX_JSON_CHARS = 1 << 22
+#: A JSON string (skipped whole) or a bracket: what the depth scan looks at.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def load_json(text: str, max_depth: int = MAX_JSON_DEPTH, max_chars: int = MAX_JSON_CHARS) -> Any:
+    """``json.loads`` for text a model (or a client) wrote, bounded in size and depth: raises ValueError (a
+    ``json.JSONDecodeError`` for malformed JSON) instead of a RecursionError or minutes of work, so a parser can
+    treat too-deep or too-long text as it treats malformed text. The depth is measured without recursion first."""
+    if len(text) > max_chars:
+        raise ValueError(f"the JSON text is {len(text)} characters long, over the limit of {max_chars}")
+    depth = 0
+    for token in _TOKENS.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise ValueError(f"the JSON text nests more than {max_depth} levels deep")
+        elif bracket in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except RecursionError:  # a depth the scan did not see (malformed strings): still just bad JSON
+        raise ValueError("the JSON text nests too deeply") from None
 
 
 @dataclass(frozen=True)

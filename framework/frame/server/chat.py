@@ -16,7 +16,7 @@ from frame.server.formatting import chat_logprobs, sse, sse_stream, usage
 from frame.server.generation import ClientDisconnectedError
 from frame.server.schemas import ChatCompletionRequest
 from frame.server.state import ServerState
-from frame.server.tools import finish_reason, openai_calls
+from frame.server.tools import finish_reason, openai_calls, stream_safe_prefix
 from frame.server.turns import ChatRun, finished_turn, start_chat
 
 router = APIRouter()
@@ -77,7 +77,7 @@ async def _stream(run: ChatRun, req: ChatCompletionRequest, state: ServerState, 
         text = texts[item.index] = texts.get(item.index, "") + item.text
         sent = shown.get(item.index, 0)
         # Constrained output is the calls' JSON, never content; with auto, what the parser calls safe goes out.
-        safe = 0 if plan.constrained else parser.stream_safe_prefix(text)  # type: ignore[union-attr]
+        safe = 0 if plan.constrained else stream_safe_prefix(parser, text)  # type: ignore[arg-type]
         delta: dict[str, Any] = {"content": text[sent:safe]} if safe > sent else {}
         shown[item.index] = max(sent, safe)
         reason = item.finish_reason

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from frame.errors import FrameUsageError
 from frame.server.errors import ServerError
+from frame.server.handoff import check_plain
 from frame.server.render_pool import RenderPool
 from frame.server.render_worker import Init, Render
 from frame.server.schemas import ChatMessage
@@ -114,8 +115,11 @@ class Prompts:
         if own is None and self.pool.init.template is None:
             raise ServerError("This model has no chat template; use /v1/completions.", status=400,
                               code="no_chat_template", param="messages")
+        check_plain(variables, "chat_template_kwargs")
         conversation = [template_message(m) for m in messages]
+        check_plain(conversation, "messages")
         if tools is not None:
+            check_plain(tools, "tools")
             variables["tools"] = tools
         text = await self.pool.render(Render(conversation, add_generation_prompt, variables, own, self.max_chars))
         if not text:

@@ -26,14 +26,17 @@ cache_router = APIRouter()
 @router.get("/health")
 async def health(request: Request) -> Response:
     """200 while an engine core serves, with each core's state (``ok``, ``starting``, ``down``) by data-parallel
-    rank; ``status`` is ``degraded`` while some core is not serving. 503 while starting, restarting, draining or
-    when no core serves. It needs no key, so it says which core is down, never why (the log says that)."""
+    rank and the chat-template workers (``size``, ``missing``); ``status`` is ``degraded`` while some core is not
+    serving or some template worker is being replaced. 503 while starting, restarting, draining or when no core
+    serves. It needs no key, so it says which part is down, never why (the log says that)."""
     state: ServerState | None = getattr(request.app.state, "frame", None)
     if state is None or not state.ready:
-        return error_response("The server is not ready to serve.", 503, "unavailable")
-    ranks = state.client.rank_states()
-    status = "ok" if all(r.status == "ok" for r in ranks) else "degraded"
-    return JSONResponse({"status": status, "ranks": [{"rank": r.rank, "status": r.status} for r in ranks]})
+        return error_response("The server is not ready to serve.", 503, "unavailable",
+                              headers={"Retry-After": str(state.settings.retry_after_s if state else 1)})
+    ranks, pool = state.client.rank_states(), state.prompts.pool
+    status = "ok" if all(r.status == "ok" for r in ranks) and not pool.short else "degraded"
+    return JSONResponse({"status": status, "ranks": [{"rank": r.rank, "status": r.status} for r in ranks],
+                         "render_workers": {"size": pool.size, "missing": pool.short}})
 
 
 @router.get("/version")

@@ -14,15 +14,17 @@ in the conversation go through it too.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from frame.errors import FrameUsageError
-from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
+from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser, load_json
 from frame.sampling_params import StructuredOutputs
 from frame.server.schemas import ChatCompletionRequest, ChatMessage
 
+log = logging.getLogger("frame.server")
 Mode = Literal["none", "auto", "required", "named"]
 
 
@@ -122,8 +124,8 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
 
 def _arguments(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return load_json(text)
+    except ValueError:  # not JSON (or too deep, too long): the template gets the text
         return text
 
 
@@ -133,10 +135,14 @@ def parse_output(plan: ToolPlan, text: str, parser: ToolParser | None) -> Parsed
         return ParsedText(text)
     if plan.mode == "auto":
         assert parser is not None
-        return parser.parse(text)
+        try:
+            return parser.parse(text)
+        except Exception:  # a parser plugin's bug must not cost the client its completion: the text is content
+            log.exception("the tool-call parser failed; the completion is returned as content")
+            return ParsedText(text or None)
     try:
         values = _json_values(text)
-    except json.JSONDecodeError:  # cut off by max_tokens: no calls, the text stays visible
+    except (ValueError, RecursionError):  # cut off by max_tokens or nested too deep: the text stays visible
         return ParsedText(text or None)
     if not values:
         return ParsedText(None)
@@ -144,6 +150,16 @@ def parse_output(plan: ToolPlan, text: str, parser: ToolParser | None) -> Parsed
         return ParsedText(None, [ToolCall(plan.name or "", json.dumps(values[0], ensure_ascii=False))])
     return ParsedText(None, [ToolCall(call["name"], json.dumps(call["parameters"], ensure_ascii=False))
                              for call in values])
+
+
+def stream_safe_prefix(parser: ToolParser, text: str) -> int:
+    """The parser's safe prefix of ``text``; nothing while a failing parser cannot say (the whole text is then sent
+    as content at the end, by :func:`parse_output`)."""
+    try:
+        return parser.stream_safe_prefix(text)
+    except Exception:
+        log.exception("the tool-call parser failed on streamed text")
+        return 0
 
 
 def openai_calls(calls: list[ToolCall], indexed: bool = False) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from frame.server.schemas import (
     ToolDefinition,
 )
 from frame.server.state import ServerState
-from frame.server.tools import ToolPlan, finish_reason, parse_output, plan_tools, template_tools
+from frame.server.tools import ToolPlan, finish_reason, parse_output, plan_tools, stream_safe_prefix, template_tools
 
 
 @dataclass
@@ -166,7 +166,7 @@ async def turn_stream(run: ChatRun) -> AsyncIterator[str | TurnEnd]:
         if run.plan.mode == "none":
             safe = len(text)
         else:
-            safe = 0 if run.plan.constrained else run.parser.stream_safe_prefix(text)  # type: ignore[union-attr]
+            safe = 0 if run.plan.constrained else stream_safe_prefix(run.parser, text)  # type: ignore[arg-type]
         if safe > shown:
             yield text[shown:safe]
             shown = safe

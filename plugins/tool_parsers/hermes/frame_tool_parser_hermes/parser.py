@@ -3,7 +3,10 @@
 The format of NousResearch's Hermes models, also used by Qwen 2/2.5/3 and many fine-tunes. Each block holds one
 JSON object with the function's ``name`` and its ``arguments`` (an object; some models write ``parameters``).
 Text outside the blocks is the message's content. A block whose JSON does not parse, or that lacks a name, stays
-content: a malformed call is shown, never silently dropped.
+content: a malformed call is shown, never silently dropped. That includes JSON nested deeper than
+:data:`~frame.interfaces.tool_parser.MAX_JSON_DEPTH` levels or longer than its size limit (parsed with the core's
+bounded :func:`~frame.interfaces.tool_parser.load_json`): the text comes back as content, as vLLM's hermes parser
+returns text it cannot parse, never an error.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
+from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser, load_json
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.S)
@@ -19,16 +22,16 @@ _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", r
 
 def _call(body: str) -> ToolCall | None:
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError:
+        data = load_json(body)
+    except ValueError:  # malformed, too deep or too long: the block stays content
         return None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
     arguments = data.get("arguments", data.get("parameters", {}))
     if isinstance(arguments, str):  # some models put the arguments' JSON text in a string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = load_json(arguments)
+        except ValueError:
             return None
     if not isinstance(arguments, dict):
         return None

@@ -43,3 +43,18 @@ def test_streaming_never_shows_the_start_of_a_call() -> None:
     assert PARSER.stream_safe_prefix("Hello <tool") == len("Hello ")
     assert PARSER.stream_safe_prefix("Hello <tool_call>{") == len("Hello ")
     assert PARSER.stream_safe_prefix("Hello <b>") == len("Hello <b>")
+
+
+def test_deeply_nested_or_huge_output_stays_content() -> None:
+    """1,200 levels (past Python's recursion limit) or text past the size limit: content, not an exception."""
+    from frame.interfaces.tool_parser import MAX_JSON_CHARS
+
+    deep = "[" * 1200 + "]" * 1200
+    for text in (f'<tool_call>{{"name": "f", "arguments": {{"x": {deep}}}}}</tool_call>',
+                 f'<tool_call>{{"name": "f", "arguments": "{deep}"}}</tool_call>',
+                 '<tool_call>{"name": "f", "arguments": {"x": "' + "a" * MAX_JSON_CHARS + '"}}</tool_call>'):
+        out = PARSER.parse(text)
+        assert out.calls == [] and out.content == text
+    nested = "[" * 100 + "]" * 100  # deep, but within the limit: still a call
+    out = PARSER.parse(f'<tool_call>{{"name": "f", "arguments": {{"x": {nested}}}}}</tool_call>')
+    assert [c.name for c in out.calls] == ["f"] and out.calls[0].arguments.count("[") == 100
