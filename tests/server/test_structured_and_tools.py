@@ -147,6 +147,7 @@ def test_auto_finds_hermes_calls_in_the_text(client, stream: bool) -> None:
      "response_format.json_schema.schema", "cannot be compiled"),
     ({"extra_body": {"structured_outputs": {"regex": "(unclosed"}}}, "structured_outputs.regex", "parenthesis"),
     ({"extra_body": {"structured_outputs": {"grammar": 'root ::= "a" |'}}}, "structured_outputs.grammar", "EBNF"),
+    ({"extra_body": {"structured_outputs": {"regex": "a{4294967296}"}}}, "structured_outputs.regex", "2147483647"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
      "not in tools"),
     ({"extra_body": {"num_speculative_tokens": 99}}, "num_speculative_tokens", "16"),

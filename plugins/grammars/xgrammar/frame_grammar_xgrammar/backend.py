@@ -1,8 +1,9 @@
 """XGrammarBackend: structured-output constraints compiled by xgrammar, matched per request.
 
 JSON schemas, any JSON object, regexes, choice lists (compiled as an alternation of the escaped strings), EBNF
-grammars and structural tags (xgrammar's JSON format). xgrammar's errors carry a C++ source location; the message a
-user sees keeps only the reason and names the field.
+grammars and structural tags (xgrammar's JSON format). Counts past what xgrammar holds in 32 bits are refused first
+(:mod:`frame_grammar_xgrammar.bounds`), since xgrammar would wrap them. xgrammar's errors carry a C++ source
+location; the message a user sees keeps only the reason and names the field.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from frame.errors import InvalidSamplingError
 from frame.interfaces.grammar import GrammarBackend, GrammarMatcher
 from frame.sampling_params import StructuredOutputs
 from pydantic import BaseModel, ConfigDict, Field
+
+from frame_grammar_xgrammar.bounds import check_repetitions, check_schema_counts
 
 #: "[13:44:38] /project/cpp/regex_converter.cc:94: " before xgrammar's own message.
 _LOCATION = re.compile(r"^\[[0-9:]+\] [^ ]+:\d+: ")
@@ -69,16 +72,19 @@ class XGrammarBackend(GrammarBackend):
         try:
             if spec.json is not None:
                 schema = json.loads(spec.json)
+                check_schema_counts(schema, field)
                 return self._compiler.compile_json_schema(schema, any_whitespace=self.options.any_whitespace)
             if spec.json_object:  # OpenAI's json_object: an object, not any JSON value
                 return self._compiler.compile_json_schema({"type": "object"},
                                                           any_whitespace=self.options.any_whitespace)
             if spec.regex is not None:
+                check_repetitions(spec.regex, field)
                 return self._compiler.compile_regex(spec.regex)
             if spec.choice is not None:
                 return self._compiler.compile_regex("|".join(re.escape(choice) for choice in spec.choice))
             if spec.structural_tag is not None:
                 return self._compiler.compile_structural_tag(spec.structural_tag)
+            check_repetitions(spec.grammar or "", field, ebnf=True)
             return self._compiler.compile_grammar(spec.grammar or "")
         except json.JSONDecodeError as err:
             raise InvalidSamplingError(f"{field} is not valid JSON: {err.msg} at position {err.pos}.",

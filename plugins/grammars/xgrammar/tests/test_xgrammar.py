@@ -86,3 +86,27 @@ def test_a_structural_tag_of_calls_may_end_after_each_call(backend, tokenizer) -
     with pytest.raises(InvalidSamplingError) as err:
         backend.compile(StructuredOutputs(structural_tag='{"type": "structural_tag", "format": {"type": "nope"}}'))
     assert err.value.param == "structured_outputs.structural_tag"
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    (StructuredOutputs(regex="a{4294967296}"), "structured_outputs.regex"),
+    (StructuredOutputs(regex="(ab){1,2147483648}"), "structured_outputs.regex"),
+    (StructuredOutputs(regex="x{99999999999999999999999}"), "structured_outputs.regex"),
+    (StructuredOutputs(grammar='root ::= "a"{0,4294967296}'), "structured_outputs.grammar"),
+    (StructuredOutputs(json=json.dumps({"type": "string", "pattern": "a{4294967296}"})),
+     "structured_outputs.json"),
+    (StructuredOutputs(json=json.dumps({"type": "object", "properties": {"s": {
+        "type": "string", "maxLength": 4294967296}}})), "structured_outputs.json"),
+])
+def test_counts_past_32_bits_are_refused_not_wrapped(backend, spec, field: str) -> None:
+    """xgrammar keeps repetition counts in 32 bits: a{4294967296} would become a{0} and accept the empty output."""
+    with pytest.raises(InvalidSamplingError) as err:
+        backend.compile(spec)
+    assert err.value.param == field and "2147483647" in str(err.value), str(err.value)
+
+
+def test_counts_xgrammar_holds_and_literal_braces_still_compile(backend) -> None:
+    for spec in (StructuredOutputs(regex="a{2147483647}"), StructuredOutputs(regex=r"\{4294967296\}"),
+                 StructuredOutputs(regex="[{]4294967296[}]"), StructuredOutputs(grammar='root ::= "{4294967296}"'),
+                 StructuredOutputs(json=json.dumps({"type": "string", "maxLength": 2147483647}))):
+        backend.compile(spec)

@@ -1,0 +1,81 @@
+"""Counts xgrammar cannot represent, refused before it sees them.
+
+xgrammar parses a repetition count (``a{4294967296}`` in a regex, ``"a"{0,4294967296}`` in EBNF, a JSON schema's
+``pattern``) as a 64-bit integer and keeps it in 32 bits: 4294967296 wraps to 0, and the empty output then
+satisfies ``a{4294967296}``. JSON schema's length and item counts (``maxLength``, ``maxProperties``) wrap the same
+way where xgrammar does not check them itself. So every count past :data:`MAX_COUNT` is a usage error naming the
+field, never a grammar that means something else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from frame.errors import InvalidSamplingError
+
+#: The largest count xgrammar holds (a signed 32-bit integer).
+MAX_COUNT = 2**31 - 1
+_REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+_COUNT_KEYWORDS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+                             "minContains", "maxContains"})
+
+
+def repetition_counts(text: str, ebnf: bool = False) -> Iterator[str]:
+    """The digits of each ``{m}``, ``{m,}`` and ``{m,n}`` quantifier in a regex (``ebnf``: an EBNF grammar, whose
+    quoted strings are literal text), skipping escaped braces and character classes."""
+    i, n, in_class, quote = 0, len(text), False, ""
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif in_class:
+            in_class = ch != "]"
+        elif ebnf and ch in "\"'":
+            quote = ch
+        elif ch == "[":
+            in_class = True
+        elif ch == "{" and (match := _REPEAT.match(text, i)):
+            yield from (count for count in match.groups() if count)
+            i = match.end()
+            continue
+        i += 1
+
+
+def _too_large(digits: str) -> bool:
+    return len(digits) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT
+
+
+def check_repetitions(text: str, field: str, ebnf: bool = False, what: str | None = None) -> None:
+    """Raise a usage error naming ``field`` when ``text`` (``what`` of it, for the message) repeats something more
+    than :data:`MAX_COUNT` times."""
+    for digits in repetition_counts(text, ebnf):
+        if _too_large(digits):
+            shown = digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
+            raise InvalidSamplingError(f"{what or field} repeats {shown} times, more than the grammar backend can "
+                                       f"count ({MAX_COUNT}); use a smaller count, or '*' / '+' for no bound.",
+                                       param=field)
+
+
+def check_schema_counts(schema: Any, field: str) -> None:
+    """The same for a JSON schema: its ``pattern`` regexes and its length and item counts, at any depth."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    check_repetitions(value, field, what=f"A pattern in {field}")
+                elif key in _COUNT_KEYWORDS and isinstance(value, int) and not isinstance(value, bool) \
+                        and value > MAX_COUNT:
+                    raise InvalidSamplingError(f"{field} has {key} {value}, more than the grammar backend can "
+                                               f"count ({MAX_COUNT}); use a smaller {key} or leave it out.",
+                                               param=field)
+                else:
+                    stack.append(value)
