@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -14,6 +15,7 @@ import openai
 import pytest
 
 KEY, OTHER_KEY = "sk-test-123", "sk-other-456"
+PER_KEY = 3
 ENDPOINTS = [("GET", "/v1/models", None), ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
              ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
              ("POST", "/v1/responses", {"input": "Hi", "max_output_tokens": 2}),
@@ -26,7 +28,7 @@ def keyed_server(tmp_path_factory, serve_tools):
     start_serve, stop_serve = serve_tools
     tmp = tmp_path_factory.mktemp("keyed")
     (tmp / "keys").write_text(f"# tenants\n{KEY}\n\n{OTHER_KEY}\n")
-    server = start_serve(tmp, "--api-key-file", str(tmp / "keys"))
+    server = start_serve(tmp, "--api-key-file", str(tmp / "keys"), "--max-connections-per-key", str(PER_KEY))
     server.api_key = KEY
     yield server
     stop_serve(server)
@@ -103,6 +105,40 @@ def test_prompt_tokens_details_can_be_switched_off(inproc_server):
     assert "prompt_tokens_details" not in streamed[-1] and '"completion_tokens": 2' in streamed[-1]
 
 
+def test_one_key_cannot_take_every_connection(keyed_server):
+    """Issue 38: past --max-connections-per-key requests in flight, that key's next one is a 429 with Retry-After;
+    another key is served meanwhile, and the first key is served again once its requests end. The held requests
+    are ones whose body is still arriving (the server holds them until the body timeout)."""
+    host, port = keyed_server.base_url.removeprefix("http://").split(":")
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode()
+    held = [socket.create_connection((host, int(port)), timeout=30) for _ in range(PER_KEY)]
+    try:
+        for sock in held:
+            sock.sendall(head)
+        with httpx.Client(base_url=keyed_server.base_url, timeout=60) as c:
+            deadline = time.monotonic() + 10
+            while (refused := c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                                     headers=keyed_server.headers)).status_code != 429:
+                assert time.monotonic() < deadline, f"never refused: {refused.status_code} {refused.text}"
+                time.sleep(0.1)  # until the server has read every held request's head
+            assert refused.headers["retry-after"] == "1", refused.headers
+            error = refused.json()["error"]
+            assert error["code"] == "too_many_requests" and "--max-connections-per-key" in error["message"]
+            other = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                           headers={"Authorization": f"Bearer {OTHER_KEY}"})
+            assert other.status_code == 200, other.text
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 30
+    while (again := httpx.post(f"{keyed_server.base_url}/v1/completions", headers=keyed_server.headers, timeout=60,
+                               json={"prompt": "Hi", "max_tokens": 2})).status_code == 429:
+        assert time.monotonic() < deadline, "the key's slots were not given back"
+        time.sleep(0.2)
+    assert again.status_code == 200, again.text
+
+
 def test_killed_engine_fails_open_requests_and_restarts(keyed_server):
     engine_pid = keyed_server.engine_pid()
     assert engine_pid != keyed_server.proc.pid
@@ -133,7 +169,9 @@ def test_killed_engine_fails_open_requests_and_restarts(keyed_server):
     while httpx.get(f"{keyed_server.base_url}/health").status_code != 503:
         assert time.monotonic() - t0 < 5, "/health still 200 five seconds after the engine died"
         time.sleep(0.1)
-    health = httpx.get(f"{keyed_server.base_url}/health").json()["error"]
+    health_resp = httpx.get(f"{keyed_server.base_url}/health")
+    assert health_resp.headers["retry-after"] == "1"
+    health = health_resp.json()["error"]
     assert health["message"] == "The server is not ready to serve." and str(engine_pid) not in str(health)
     for t in threads:
         t.join(30)
@@ -142,6 +180,7 @@ def test_killed_engine_fails_open_requests_and_restarts(keyed_server):
     assert "engine" in str(outcomes["stream"])
     whole_resp = outcomes["whole"]
     assert whole_resp.status_code == 503 and whole_resp.json()["error"]["code"] == "engine_dead"
+    assert whole_resp.headers["retry-after"] == "1"  # issue 38: the in-flight 503s carry it too
     new = httpx.post(f"{keyed_server.base_url}/v1/completions", headers=keyed_server.headers,
                      json={"prompt": "Hi", "max_tokens": 2}, timeout=30)
     assert new.status_code == 503 and new.headers["retry-after"] == "1"

@@ -22,10 +22,11 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def connect(server) -> socket.socket:
+def connect(server, source: str | None = None) -> socket.socket:
+    """A raw connection to ``server``; ``source``: another loopback address to connect from (127.0.0.2, ...)."""
     host, port = server.base_url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=60)
-    return sock
+    return socket.create_connection((host, int(port)), timeout=60,
+                                    source_address=(source, 0) if source else None)
 
 
 def request_bytes(body: bytes, path: str = "/v1/completions") -> bytes:
@@ -114,13 +115,21 @@ def test_connection_survives_a_400_and_closes_after_a_413(mp_server):
         assert closed_by_server(sock)
 
 
-def test_connections_past_the_cap_get_503(inproc_server, limits):
+def test_connections_past_the_caps_get_429_then_503(inproc_server, limits):
+    """One address may hold half the connections (then 429); the cap over all of them is a 503; both readable,
+    with Retry-After. Held from two loopback addresses, since one alone cannot reach the global cap."""
     cap = int(limits["inproc_max_connections"])
-    held = [connect(inproc_server) for _ in range(cap)]
+    held = [connect(inproc_server) for _ in range(cap // 2)]
     try:
         with connect(inproc_server) as extra:
             status, headers, body = read_response(extra)
-            assert status == 503 and headers["connection"] == "close"
+            assert status == 429 and headers["connection"] == "close" and headers["retry-after"] == "1"
+            assert "--max-connections-per-client" in json.loads(body)["error"]["message"]
+        held += [connect(inproc_server, "127.0.0.3") for _ in range(cap - cap // 2)]
+        with connect(inproc_server, "127.0.0.4") as extra:
+            extra.sendall(request_bytes(GOOD))  # a request already sent does not turn the refusal into a reset
+            status, headers, body = read_response(extra)
+            assert status == 503 and headers["connection"] == "close" and headers["retry-after"] == "1"
             assert json.loads(body)["error"]["code"] == "too_many_connections"
     finally:
         for sock in held:

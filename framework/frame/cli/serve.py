@@ -18,7 +18,8 @@ from frame.errors import ConfigError
 ENGINE_MODES = ("mp", "inproc")
 #: Flags that must be at least 1 (the rest of the numeric server flags must be positive, or 0 for max-logprobs).
 _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars", "max_prompt_chars",
-           "max_body_bytes", "max_connections", "tokenizer_workers")
+           "max_body_bytes", "max_connections", "max_connections_per_client", "max_connections_per_key",
+           "tokenizer_workers")
 _SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
 
 
@@ -92,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="seconds an idle kept-alive connection stays open")
     http.add_argument("--max-connections", type=int, default=1024,
                       help="open connections; past it new ones get 503 and are closed")
+    http.add_argument("--max-connections-per-client", type=int, default=None,
+                      help="open connections from one client address; past it new ones get 429 (default: half of "
+                      "--max-connections)")
+    http.add_argument("--max-connections-per-key", type=int, default=None,
+                      help="requests in flight with one API key; past it new ones get 429 (default: half of "
+                      "--max-connections)")
     add_engine_flags(parser, model_positional=True)
 
 
@@ -167,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
     check_data_parallel(args.engine, config)
     http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,
                       body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive_timeout,
-                      max_connections=args.max_connections)
+                      max_connections=args.max_connections, max_connections_per_client=args.max_connections_per_client,
+                      max_connections_per_key=args.max_connections_per_key)
     settings = ServerSettings(
         served_model_names=args.served_model_name or [], api_keys=api_keys(args), cache_salt_from=args.cache_salt_from,
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,

@@ -151,8 +151,10 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
         app.include_router(routes.cache_router)
     install_openapi(app, settings)
     if settings.api_keys:
-        app.add_middleware(ApiKeyMiddleware, api_keys=settings.api_keys, salt_by_key=settings.salt_by_key)
+        app.add_middleware(ApiKeyMiddleware, api_keys=settings.api_keys, salt_by_key=settings.salt_by_key,
+                           max_per_key=settings.http.per_key_cap)
     app.add_middleware(RequestGuard, max_body_bytes=settings.http.max_body_bytes,
                        body_timeout_s=settings.http.body_timeout_s,
-                       draining=lambda: bool(app.state.frame and app.state.frame.draining))
+                       draining=lambda: bool(app.state.frame and app.state.frame.draining),
+                       retry_after_s=settings.retry_after_s)
     return app

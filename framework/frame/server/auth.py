@@ -57,11 +57,15 @@ def check_keys(keys: list[str]) -> None:
 
 
 class ApiKeyMiddleware:
-    """Refuses (401, OpenAI shape) any request but OPEN_PATHS without a configured key; records its tenant."""
+    """Refuses (401, OpenAI shape) any request but OPEN_PATHS without a configured key; records its tenant.
 
-    def __init__(self, app: ASGIApp, api_keys: list[str], salt_by_key: bool) -> None:
-        self.app = app
+    At most ``max_per_key`` requests of one key are in flight at once (each holds a connection until it ends); the
+    next gets a 429 with ``Retry-After``, so one tenant cannot take every connection from the others."""
+
+    def __init__(self, app: ASGIApp, api_keys: list[str], salt_by_key: bool, max_per_key: int = 512) -> None:
+        self.app, self.max_per_key = app, max_per_key
         self.expected = [(f"Bearer {k}".encode(), tenant_salt(k) if salt_by_key else None) for k in api_keys]
+        self.in_flight = [0] * len(api_keys)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
@@ -72,17 +76,33 @@ class ApiKeyMiddleware:
         anthropic = scope["path"].startswith(ANTHROPIC_PREFIX)
         if anthropic and not given and headers.get(b"x-api-key"):  # how the anthropic SDK sends its key
             given = b"Bearer " + headers[b"x-api-key"]
-        found: list[str | None] = []
-        for expected, salt in self.expected:  # every key is compared, so timing says nothing about which matched
+        found: list[int] = []
+        for index, (expected, _) in enumerate(self.expected):  # every key is compared: timing says not which
             if hmac.compare_digest(given, expected):
-                found.append(salt)
-        if found:
-            scope[TENANT_SCOPE_KEY] = found[0]
-            await self.app(scope, receive, send)
+                found.append(index)
+        if not found:
+            why = "No API key was sent" if not given else "The API key is wrong"
+            bearer = "'Authorization: Bearer <key>'"
+            how = f"'x-api-key: <key>' or {bearer}" if anthropic else bearer
+            await _refuse(send, scope["path"], 401, f"{why}; send {how}.", "invalid_api_key",
+                          (b"www-authenticate", b"Bearer"))
             return
-        why = "No API key was sent" if not given else "The API key is wrong"
-        how = "'x-api-key: <key>' or 'Authorization: Bearer <key>'" if anthropic else "'Authorization: Bearer <key>'"
-        body = json.dumps(shaped(scope["path"], error_body(f"{why}; send {how}.", 401, "invalid_api_key"))).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": body})
+        index = found[0]
+        if self.in_flight[index] >= self.max_per_key:
+            await _refuse(send, scope["path"], 429, f"This API key has {self.in_flight[index]} requests in flight, "
+                          "the server's limit per key (--max-connections-per-key); retry when some have finished.",
+                          "too_many_requests", (b"retry-after", b"1"))
+            return
+        scope[TENANT_SCOPE_KEY] = self.expected[index][1]
+        self.in_flight[index] += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight[index] -= 1
+
+
+async def _refuse(send: Send, path: str, status: int, message: str, code: str, header: tuple[bytes, bytes]) -> None:
+    body = json.dumps(shaped(path, error_body(message, status, code))).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), header]})
+    await send({"type": "http.response.body", "body": body})

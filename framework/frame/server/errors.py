@@ -147,7 +147,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(EngineDeadError)
     async def _dead(request: Request, err: EngineDeadError) -> JSONResponse:
-        return _reply(request, dead_engine_body(err), 503)
+        state = getattr(request.app.state, "frame", None)
+        retry = str(state.settings.retry_after_s) if state is not None else "1"
+        return _reply(request, dead_engine_body(err), 503, {"Retry-After": retry})
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException) -> JSONResponse:

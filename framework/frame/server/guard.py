@@ -7,6 +7,8 @@
 - A response sent before its request's body was read, any 5xx, and every response while the server drains
   carry ``Connection: close``: the client knows the connection ends there instead of reusing it and meeting a
   reset.
+- Every 503 carries ``Retry-After`` (the handlers set it; a 503 that arrives here without one, such as a dead
+  engine's answer to a request in flight, gets ``retry_after_s``).
 - An unexpected exception is a 500 in the OpenAI shape (logged here, with its traceback), never a bare reset.
 """
 
@@ -48,8 +50,8 @@ class RequestGuard:
     """Body size and time limits, ``Connection: close`` where a connection cannot go on, and a JSON 500."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float,
-                 draining: Callable[[], bool]) -> None:
-        self.app, self.draining = app, draining
+                 draining: Callable[[], bool], retry_after_s: int = 1) -> None:
+        self.app, self.draining, self.retry_after = app, draining, str(retry_after_s).encode()
         self.max_body_bytes, self.body_timeout_s = max_body_bytes, body_timeout_s
 
     def _too_large(self, size: int | str) -> str:
@@ -90,9 +92,12 @@ class RequestGuard:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                headers = list(message.get("headers", []))
+                if message["status"] == 503 and not any(h[0].lower() == b"retry-after" for h in headers):
+                    headers.append((b"retry-after", self.retry_after))
                 if not body_done or message["status"] >= 500 or self.draining():
-                    headers = [h for h in message.get("headers", []) if h[0].lower() != b"connection"]
-                    message = {**message, "headers": [*headers, CLOSE]}
+                    headers = [*(h for h in headers if h[0].lower() != b"connection"), CLOSE]
+                message = {**message, "headers": headers}
             await send(message)
 
         try:

@@ -93,7 +93,8 @@ def server_for(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_l
     http = http or HttpLimits()
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol_class(http),
                             timeout_graceful_shutdown=int(FINAL_WRITE_S), timeout_keep_alive=int(http.keep_alive_s),
-                            backlog=min(2048, http.max_connections), access_log=False, ws="none")
+                            backlog=min(2048, http.max_connections), access_log=False, ws="none",
+                            h11_max_incomplete_event_size=http.max_header_bytes)
     return DrainingServer(config, app, drain_timeout_s)
 
 

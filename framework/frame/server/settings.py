@@ -37,6 +37,20 @@ class HttpLimits:
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     max_connections: int = 1024
+    #: Open connections from one client address (429 past it); None: half of ``max_connections``.
+    max_connections_per_client: int | None = None
+    #: Requests in flight with one API key (429 past it); None: half of ``max_connections``.
+    max_connections_per_key: int | None = None
+    #: Bytes of a request's line and headers together (431 past it).
+    max_header_bytes: int = 16 << 10
+
+    @property
+    def per_client_cap(self) -> int:
+        return self.max_connections_per_client or max(self.max_connections // 2, 1)
+
+    @property
+    def per_key_cap(self) -> int:
+        return self.max_connections_per_key or max(self.max_connections // 2, 1)
 
 
 @dataclass
