@@ -96,3 +96,43 @@ def test_metrics_parse_and_move(mp_server, metrics):
     for gauge in ("frame_num_requests_running", "frame_num_requests_waiting", "frame_kv_cache_usage_perc"):
         assert f"{gauge}{{rank=0}}" in after  # one engine core: data-parallel rank 0
     assert "frame_prefix_cache_hits_total{rank=0}" in after and after["frame_engine_up{rank=0}"] == 1
+
+
+def _slow_schema(seed: int) -> dict:
+    """A JSON schema xgrammar needs a second or more to compile (60 bounded patterns); ``seed`` makes it unseen."""
+    return {"type": "object", "required": [f"p{i}" for i in range(60)],
+            "properties": {f"p{i}": {"type": "string", "pattern": f"[a-z]{{1,{seed + i}}}"} for i in range(60)}}
+
+
+def test_a_request_whose_client_left_is_never_compiled(mp_server, metrics):
+    """Issue 38: compilations run one at a time; a request whose client leaves while it waits for its turn is
+    dropped uncompiled (frame_grammar_compilations_total{outcome="skipped_disconnected"}), never reaching the
+    engine, while the request ahead of it is compiled and answered."""
+    import json
+    import random
+    import socket
+    import threading
+
+    name = "frame_grammar_compilations_total{outcome=%s}"
+    before = metrics(mp_server)
+    seed = random.randrange(1000, 100000)
+    slow = {"prompt": "Fill in:", "max_tokens": 1, "structured_outputs": {"json": _slow_schema(seed)}}
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(resp=httpx.post(
+        f"{mp_server.base_url}/v1/completions", json=slow, timeout=120)))
+    thread.start()
+    time.sleep(0.3)  # the slow schema is compiling now
+    host, port = mp_server.base_url.removeprefix("http://").split(":")
+    body = json.dumps({"prompt": "Hi", "max_tokens": 1, "structured_outputs": {"regex": f"b{{1,{seed}}}"}}).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:  # a client that leaves while it waits
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(0.2)
+    thread.join(120)
+    assert result["resp"].status_code == 200, result["resp"].text
+    deadline = time.monotonic() + 10
+    while (after := metrics(mp_server)).get(name % "skipped_disconnected", 0) == before.get(
+            name % "skipped_disconnected", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert after[name % "skipped_disconnected"] - before.get(name % "skipped_disconnected", 0) == 1, after
+    assert after[name % "compiled"] - before.get(name % "compiled", 0) == 1  # the slow schema only

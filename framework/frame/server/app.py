@@ -116,9 +116,10 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
         info = client.info
         log.info("%s", startup_summary(info, config, client.mode))
         stops = sorted({tokenizer.eos_token_id} - {None})
-        state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, ServerMetrics(),
+        metrics = ServerMetrics()
+        state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, metrics,
                             Prompts(tokenizer, pool, settings),
-                            ConstraintChecker(config, tokenizer, info.vocab_size, stops))
+                            ConstraintChecker(config, tokenizer, info.vocab_size, stops, metrics.grammar_compilations))
         app.state.frame = state
 
         async def restart_engine() -> EngineClient:

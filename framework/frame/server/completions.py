@@ -85,7 +85,7 @@ async def create_completion(req: CompletionRequest, raw: Request,
         max_tokens = min(max_tokens, limit)  # OpenAI's default of 16 never exceeds the operator's limit
     constraint = requested_constraint(req)
     if constraint is not None:
-        await state.constraints.check(*constraint)
+        await state.constraints.check(*constraint, raw.is_disconnected)
     # max_tokens 0 (echo only): the engine samples one token, which the response leaves out, as vLLM does.
     params = sampling_params(req, state.settings.limits, max_tokens=max_tokens or 1, logprobs=req.logprobs,
                              vocab_size=state.info.vocab_size,
@@ -94,6 +94,8 @@ async def create_completion(req: CompletionRequest, raw: Request,
     for job in jobs:
         check_length(len(job.ids), params.max_tokens, state.info.max_model_len)
     gen = Generation(state, new_id("cmpl"), jobs, params, req.priority, cache_salt(raw, req.cache_salt))
+    if constraint is not None:
+        await state.constraints.drop_if_gone(raw.is_disconnected)
     gen.admit()
     created = int(time.time())
     if req.stream:

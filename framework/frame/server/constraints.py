@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from frame.config import EngineConfig, resolve_plugin_options
@@ -19,6 +20,7 @@ from frame.interfaces.grammar import GrammarBackend
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.sampling_params import StructuredOutputs
+from frame.server.errors import ClientDisconnectedError
 from frame.server.schemas import SamplingFields
 
 CACHE_SIZE = 256
@@ -50,10 +52,17 @@ def requested_constraint(req: SamplingFields) -> tuple[StructuredOutputs, str] |
 class ConstraintChecker:
     """Compiles constraints with the configured grammar backend (built on first use), remembering the good ones."""
 
-    def __init__(self, config: EngineConfig, tokenizer: Any, vocab_size: int, stop_token_ids: list[int]) -> None:
+    def __init__(self, config: EngineConfig, tokenizer: Any, vocab_size: int, stop_token_ids: list[int],
+                 counter: Any = None) -> None:
         self.config, self.tokenizer, self.vocab_size, self.stop = config, tokenizer, vocab_size, stop_token_ids
+        self.counter = counter  # frame_grammar_compilations, by outcome
         self._backend: GrammarBackend | None = None
         self._good: OrderedDict[str, None] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    def _count(self, outcome: str) -> None:
+        if self.counter is not None:
+            self.counter.labels(outcome=outcome).inc()
 
     def _build(self) -> GrammarBackend:
         hooks = PluginHooks(PluginRegistry())
@@ -68,19 +77,41 @@ class ConstraintChecker:
             self._backend = self._build()
         self._backend.compile(spec)
 
-    async def check(self, spec: StructuredOutputs, field: str) -> None:
-        """Raise a usage error naming ``field`` (the request's own spelling) when ``spec`` cannot compile."""
+    async def drop_if_gone(self, disconnected: Callable[[], Awaitable[bool]]) -> None:
+        """Raise ClientDisconnectedError when a constrained request's client left while its prompt was prepared:
+        the engine would compile its grammar (seconds, in the loop every request shares) for nobody."""
+        if await disconnected():
+            self._count("skipped_disconnected")
+            raise ClientDisconnectedError
+
+    async def check(self, spec: StructuredOutputs, field: str,
+                    disconnected: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Raise a usage error naming ``field`` (the request's own spelling) when ``spec`` cannot compile.
+
+        Compilations run one at a time (each is CPU work of up to seconds); a request waits its turn, and when its
+        turn comes and ``disconnected()`` says its client has left, it is dropped uncompiled
+        (ClientDisconnectedError) and never reaches the engine, which would compile it too."""
         key = spec.key()
         if key in self._good:
             self._good.move_to_end(key)
+            self._count("cached")
             return
-        try:
-            await asyncio.to_thread(self._compile, spec)
-        except InvalidSamplingError as err:
-            if field.startswith("structured_outputs"):
-                raise
-            reason = err.message.split(" ", 1)[1] if " " in err.message else err.message
-            raise InvalidSamplingError(f"{field} {reason}", param=field) from None
+        async with self._lock:
+            if key in self._good:  # compiled while this request waited
+                self._count("cached")
+                return
+            if disconnected is not None and await disconnected():
+                self._count("skipped_disconnected")
+                raise ClientDisconnectedError
+            try:
+                await asyncio.to_thread(self._compile, spec)
+            except InvalidSamplingError as err:
+                self._count("failed")
+                if field.startswith("structured_outputs"):
+                    raise
+                reason = err.message.split(" ", 1)[1] if " " in err.message else err.message
+                raise InvalidSamplingError(f"{field} {reason}", param=field) from None
+            self._count("compiled")
         self._good[key] = None
         if len(self._good) > CACHE_SIZE:
             self._good.popitem(last=False)

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from frame.engine.client import EngineDeadError
@@ -28,6 +28,10 @@ _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 _FIELD = re.compile(r"[a-z_][a-z0-9_]*")
 #: An absolute filesystem path of two or more parts (``/root/.cache/frame/x``); API routes (``/v1/...``) stay.
 _FS_PATH = re.compile(r"(?<![\w.:/~-])~?/(?!v1/)(?:[^\s/'\"`:,;()<>\[\]]+/)+[^\s/'\"`:,;()<>\[\]]*")
+
+
+class ClientDisconnectedError(Exception):
+    """The HTTP client went away before its response was ready (answered 499, which nobody reads)."""
 
 
 class ServerError(FrameUsageError):
@@ -144,6 +148,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(FrameUsageError)
     async def _usage(request: Request, err: FrameUsageError) -> JSONResponse:
         return _reply(request, usage_error_body(err), err.status)
+
+    @app.exception_handler(ClientDisconnectedError)
+    async def _gone(_: Request, __: ClientDisconnectedError) -> Response:
+        return Response(status_code=499)
 
     @app.exception_handler(EngineDeadError)
     async def _dead(request: Request, err: EngineDeadError) -> JSONResponse:

@@ -20,11 +20,12 @@ from frame.engine.client import StreamItem
 from frame.engine.client.output_processor import CompletionDelta
 from frame.outputs import RequestOutput
 from frame.sampling_params import SamplingParams
-from frame.server.errors import ServerError
+from frame.server.errors import ClientDisconnectedError, ServerError
 from frame.server.formatting import usage_counts
 from frame.server.metrics import RequestTimer
 from frame.server.state import ServerState
 
+__all__ = ["ClientDisconnectedError", "Generation", "PromptJob"]
 _DONE = object()
 DISCONNECT_POLL_S = 0.25
 
@@ -35,10 +36,6 @@ class PromptJob:
 
     text: str | None
     ids: list[int]
-
-
-class ClientDisconnectedError(Exception):
-    """The HTTP client went away before its response was ready."""
 
 
 class Generation:

@@ -88,6 +88,9 @@ class ServerMetrics:
         self.requests = Counter("frame_request_success", "finished requests", ["finished_reason"], registry=r)
         self.rejected = Counter("frame_request_rejected", "requests refused before the engine", ["status"],
                                 registry=r)
+        self.grammar_compilations = Counter(
+            "frame_grammar_compilations", "constraints the server compiled ('compiled', 'failed'), found compiled "
+            "('cached'), or skipped because the client had left ('skipped_disconnected')", ["outcome"], registry=r)
         self.engine_restarts = Counter("frame_engine_restarts", "engines started again after one died", registry=r)
         self.in_flight = Gauge("frame_server_requests_in_flight", "requests the server is handling", registry=r)
         self.ttft = Histogram("frame_time_to_first_token_seconds", "time to first token", buckets=_LATENCY_BUCKETS,

@@ -116,7 +116,7 @@ async def start_chat(req: ChatCompletionRequest, raw: Request, state: ServerStat
     plan = plan_tools(req)
     constraint = (plan.constraint, "tools") if plan.constraint is not None else requested_constraint(req)
     if constraint is not None:
-        await state.constraints.check(*constraint)
+        await state.constraints.check(*constraint, raw.is_disconnected)
     # Loaded now, so a broken parser fails this request, not a stream mid-way.
     parser = state.tool_parser if plan.mode == "auto" else None
     ids = await state.prompts.chat(req.messages, req.add_generation_prompt, req.chat_template,
@@ -130,6 +130,8 @@ async def start_chat(req: ChatCompletionRequest, raw: Request, state: ServerStat
     check_length(len(ids), params.max_tokens, state.info.max_model_len)
     gen = Generation(state, new_id(prefix), [PromptJob(None, ids)], params, req.priority,
                      cache_salt(raw, req.cache_salt))
+    if constraint is not None:
+        await state.constraints.drop_if_gone(raw.is_disconnected)
     gen.admit()
     return ChatRun(gen, plan, parser, k)
 
