@@ -2,12 +2,12 @@
 
 FastAPI documents a 422 for every route with a body; this server answers such requests 400 in the OpenAI error
 shape, so the 422s and their schemas go and every status a route can answer is documented with that shape: 400
-(validation, limits), 401 (when keys are configured), 404 (unknown model), 408 and 413 (body time and size), 503
-(starting, restarting, draining, overloaded), in Anthropic's shape on the Messages API's routes. The generation
-routes also stream ``text/event-stream``, and
-``/metrics`` is Prometheus text. The operator's limits (``n``, ``max_tokens``, ``logprobs``, the stop list) appear
-as each field's maximum, the vocabulary as every token id's, the served names as ``model``'s values, the sampling
-ranges, and the field this server refuses unless empty (``suffix``) as empty.
+(validation, limits), 401 (when keys are configured), 404 (unknown model), 408 and 413 (body time and size), 429
+(per-client and per-key caps), 431 (header size), 503 (starting, restarting, draining, overloaded), in Anthropic's
+shape on the Messages API's routes. The generation routes also stream ``text/event-stream``, and ``/metrics`` is
+Prometheus text. The operator's limits (``n``, ``max_tokens``, ``logprobs``, the stop list) appear as each field's
+maximum, the vocabulary as every token id's, the served names as ``model``'s values, the sampling ranges, and the
+field this server refuses unless empty (``suffix``) as empty.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ _ERROR_SCHEMA = {
             "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
 _WHY = {400: "The request is malformed, out of range or over a limit.", 401: "No API key, or a wrong one.",
         404: "The model is not served here.", 408: "The body did not arrive in time.",
-        413: "The body is over the size limit.", 503: "Starting, restarting, draining or overloaded; retry."}
+        413: "The body is over the size limit.",
+        429: "This client address has too many connections, or this API key too many requests in flight; retry.",
+        431: "The request line and headers are over the size limit.",
+        503: "Starting, restarting, draining or overloaded; retry."}
 _STREAMING = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages")
 #: Anthropic's error shape, which the Messages API's routes answer in.
 _ANTHROPIC_ERROR_SCHEMA = {
@@ -57,7 +60,7 @@ SAMPLING_RANGES = {
 
 
 def _statuses(path: str, method: str, settings: ServerSettings) -> list[int]:
-    statuses = [413, 503]
+    statuses = [413, 429, 431, 503]
     if method == "post":
         statuses += [400, 408]
     if path in _WITH_MODEL:
