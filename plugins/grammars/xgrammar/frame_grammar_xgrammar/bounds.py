@@ -17,6 +17,9 @@ from frame.errors import InvalidSamplingError
 
 #: The largest count xgrammar holds (a signed 32-bit integer).
 MAX_COUNT = 2**31 - 1
+#: Deepest nesting of a JSON schema compiled: xgrammar's time grows fast with depth (200 levels of ``items``
+#: take seconds, 900 take minutes, in the server and again in the engine loop every request shares).
+MAX_SCHEMA_DEPTH = 32
 _REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 _COUNT_KEYWORDS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
                              "minContains", "maxContains"})
@@ -62,12 +65,16 @@ def check_repetitions(text: str, field: str, ebnf: bool = False, what: str | Non
 
 
 def check_schema_counts(schema: Any, field: str) -> None:
-    """The same for a JSON schema: its ``pattern`` regexes and its length and item counts, at any depth."""
-    stack = [schema]
+    """The same for a JSON schema: its ``pattern`` regexes and its length and item counts, at any depth; and the
+    schema nests at most :data:`MAX_SCHEMA_DEPTH` levels."""
+    stack = [(schema, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)) and depth >= MAX_SCHEMA_DEPTH:
+            raise InvalidSamplingError(f"{field} nests more than {MAX_SCHEMA_DEPTH} levels deep, more than this "
+                                       "server compiles; send a flatter schema.", param=field)
         if isinstance(node, list):
-            stack.extend(node)
+            stack.extend((item, depth + 1) for item in node)
         elif isinstance(node, dict):
             for key, value in node.items():
                 if key == "pattern" and isinstance(value, str):
@@ -78,4 +85,4 @@ def check_schema_counts(schema: Any, field: str) -> None:
                                                f"count ({MAX_COUNT}); use a smaller {key} or leave it out.",
                                                param=field)
                 else:
-                    stack.append(value)
+                    stack.append((value, depth + 1))

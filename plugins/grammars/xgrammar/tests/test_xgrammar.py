@@ -110,3 +110,16 @@ def test_counts_xgrammar_holds_and_literal_braces_still_compile(backend) -> None
                  StructuredOutputs(regex="[{]4294967296[}]"), StructuredOutputs(grammar='root ::= "{4294967296}"'),
                  StructuredOutputs(json=json.dumps({"type": "string", "maxLength": 2147483647}))):
         backend.compile(spec)
+
+
+def test_a_schema_nested_past_the_limit_is_refused_before_compiling(backend) -> None:
+    """900 levels of ``items`` took xgrammar minutes; past MAX_SCHEMA_DEPTH the schema is a usage error at once."""
+    from frame_grammar_xgrammar.bounds import MAX_SCHEMA_DEPTH
+
+    for depth in (MAX_SCHEMA_DEPTH, 900, 5000):
+        text = '{"type": "array", "items": ' * depth + '{"type": "integer"}' + "}" * depth
+        with pytest.raises(InvalidSamplingError) as err:
+            backend.compile(StructuredOutputs(json=text))
+        assert err.value.param == "structured_outputs.json", str(err.value)
+    shallow = '{"type": "array", "items": ' * 8 + '{"type": "integer"}' + "}" * 8
+    backend.compile(StructuredOutputs(json=shallow))
