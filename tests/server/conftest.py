@@ -100,7 +100,7 @@ def stop_serve(server: Server) -> None:
 
 #: The limits the hostile-request tests probe: request templates are trusted here (so that their time and size
 #: limits are what refuses them), with short time limits so those tests stay quick.
-LIMITS = {"tokenize_timeout_s": 3.0, "header_timeout_s": 3.0, "body_timeout_s": 3.0, "inproc_max_connections": 48}
+LIMITS = {"tokenize_timeout_s": 3.0, "header_timeout_s": 3.0, "body_timeout_s": 3.0, "inproc_max_connections": 80}
 MP_ARGS = ["--max-n", "8", "--max-logprobs", "5", "--max-waiting-requests", "256", "--trust-request-chat-template",
            "--tokenize-timeout", str(LIMITS["tokenize_timeout_s"]), "--header-timeout", str(LIMITS["header_timeout_s"]),
            "--body-timeout", str(LIMITS["body_timeout_s"]), "--enable-reset-prefix-cache"]

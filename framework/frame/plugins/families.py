@@ -20,7 +20,9 @@ from frame.errors import UnknownPluginError
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import BrokenPlugin
 
-log = logging.getLogger("frame.selection")  # the lookup is part of resolving the engine's plugins
+log = logging.getLogger("frame.plugins")
+#: The fallback's everyday line comes from the engine's plugin selection, as it did before this module.
+selection_log = logging.getLogger("frame.selection")
 
 
 def _named(broken: list[BrokenPlugin]) -> str:
@@ -62,8 +64,8 @@ def family_for(hooks: PluginHooks, architecture: str) -> str:
             if name in fallbacks and broken:
                 log.warning(fallback_warning(architecture, name, broken))
             elif name in fallbacks:
-                log.info("model family '%s' builds %s as the fallback: no native family claims it", name,
-                         architecture)
+                selection_log.info("model family '%s' builds %s as the fallback: no native family claims it",
+                                   name, architecture)
             return name
     excluded = hooks.registry.excluded_note("model")
     if excluded is not None:  # the allow-list, not the machine, is what is missing
