@@ -100,7 +100,11 @@ class Scheduler:
 
     # -- PrefixLookup, for the policy ---------------------------------------------------------------------
     def cached_prefix_tokens(self, seq: Sequence) -> int:
-        return 0 if seq.params.prompt_logprobs is not None else self.cache.match(seq).num_tokens
+        return self._match(seq).num_tokens
+
+    def _match(self, seq: Sequence) -> PrefixMatch:
+        """The cached prefix ``seq`` may take: none when it asks for prompt logprobs (each position needs logits)."""
+        return PrefixMatch(0) if seq.params.prompt_logprobs is not None else self.cache.match(seq)
 
     # -- queues -------------------------------------------------------------------------------------------
     @property
@@ -118,9 +122,6 @@ class Scheduler:
     def num_requests(self) -> int:
         """Requests the scheduler holds, running or waiting."""
         return len(self._live)
-
-    def get(self, seq_id: str) -> Sequence | None:
-        return self._live.get(seq_id)
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for the requests held: prompt (and recomputed) tokens not yet in the KV cache,
@@ -225,8 +226,7 @@ class Scheduler:
         for seq in self.policy.admission_order(self.waiting, self):
             if step.budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
                 break
-            # No prefix hit for a request asking for prompt logprobs: each prompt position needs its logits.
-            match = PrefixMatch(0) if seq.params.prompt_logprobs is not None else self.cache.match(seq)
+            match = self._match(seq)
             if seq.params.prompt_logprobs is None and self._waits_for_shared_prefill(seq, match.num_tokens, step):
                 continue
             remaining = seq.num_tokens - match.num_tokens
@@ -280,11 +280,12 @@ class Scheduler:
     def _plan(self, step: _Step) -> SchedulerOutput:
         new: list[NewRequest] = []
         running: list[RunningRequest] = []
-        sampling: list[tuple[str, list[int]]] = []  # the requests this step samples, with their drafts
+        constrained = self.structured is not None and self.structured.active
+        sampling: list[tuple[str, list[int]]] = []  # the constrained step's sampling requests, with their drafts
         prompt_tokens = 0
         for seq, num_new in step.scheduled:
             drafts = step.spec.get(seq.seq_id, [])
-            if seq.num_computed_tokens + num_new == seq.num_tokens + len(drafts):
+            if constrained and seq.num_computed_tokens + num_new == seq.num_tokens + len(drafts):
                 sampling.append((seq.seq_id, drafts))
             if seq.is_prefilling:
                 prompt_tokens += min(num_new, seq.num_prompt_tokens - seq.num_computed_tokens)
@@ -310,8 +311,8 @@ class Scheduler:
         self._step += 1
         grammar_ids: list[str] = []
         grammar_bitmask = b""
-        if self.structured is not None and self.structured.active:
-            grammar_ids, _, rows = self.structured.masks(sampling)
+        if constrained:
+            grammar_ids, _, rows = self.structured.masks(sampling)  # type: ignore[union-attr]
             grammar_bitmask = rows.astype("<i4").tobytes()
         return SchedulerOutput(
             step=self._step, num_prompt_tokens=prompt_tokens, new_requests=new, running=running,
