@@ -91,6 +91,9 @@ class EngineConfig(BaseModel):
         "packed; int8: per output channel); default: the checkpoint's quantization_config, else dense weights")
     quantization_options: dict[str, Any] = Field(default_factory=dict, description="options of the quantization "
                                                  "plugin")
+    tool_parser: str | None = Field(None, description="tool-call parser plugin of frame serve for chat "
+                                    "completions with tool_choice auto (default there: hermes), checked with the "
+                                    "engine's plugins at start; other commands parse no calls")
     tool_parser_options: dict[str, Any] = Field(default_factory=dict, description="options of the tool-call parser "
                                                 "plugin (frame serve's --tool-parser; other commands parse no calls)")
     seed: int = Field(0, description="seed of unseeded sampling")

@@ -7,7 +7,6 @@ import argparse
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from frame.cli.engine_flags import add_engine_flags, config_from_args
 from frame.config import EngineConfig
@@ -21,17 +20,6 @@ _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars"
            "max_body_bytes", "max_connections", "max_connections_per_client", "max_connections_per_key",
            "tokenizer_workers")
 _SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
-
-
-def _check_tool_parser(name: str, options: dict[str, Any]) -> None:
-    """An unknown or broken ``--tool-parser``, or an option it does not take, is one line now, not a 500 on the
-    first tool request."""
-    from frame.config import resolve_plugin_options
-    from frame.plugins.hooks import PluginHooks
-    from frame.plugins.registry import PluginRegistry
-
-    hooks = PluginHooks(PluginRegistry())
-    resolve_plugin_options("tool_parser", name, options, hooks.options_model("tool_parser", name))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chat-template worker processes, and tokenizer threads")
     server.add_argument("--tokenize-timeout", type=float, default=10.0,
                         help="seconds a chat template may render, or a prompt tokenise, before a 400")
-    server.add_argument("--tool-parser", default="hermes", metavar="NAME",
-                        help="tool-call parser plugin for chat completions with tool_choice auto (default: hermes)")
     server.add_argument("--enable-reset-prefix-cache", action="store_true",
                         help="serve POST /reset_prefix_cache, which empties the prefix cache (benchmarks resending "
                              "the same prompts start each run cold); off by default, as in vLLM")
@@ -145,15 +131,24 @@ def api_keys(args: argparse.Namespace) -> list[str]:
 #: ride along with a long queue of prefills instead of waiting behind it: at concurrency 32 on 2 cores, 2048 served
 #: 88.7 tok/s with an 8.7 s median TTFT, 4096 74.8 tok/s and 11.4 s, 1024 82.2 tok/s (docs/performance.md).
 SERVE_MAX_NUM_BATCHED_TOKENS = 2048
+#: ``frame serve``'s tool-call parser where neither ``--tool-parser`` nor the config file names one.
+DEFAULT_TOOL_PARSER = "hermes"
 
 
 def serve_config(args: argparse.Namespace) -> EngineConfig:
     """The engine config of ``frame serve``: the flags and ``--config``, then the serving step budget where neither
     set one."""
-    config = config_from_args(args)
+    config = config_from_args(args, {"tool_parser": DEFAULT_TOOL_PARSER})
     if "max_num_batched_tokens" not in config.model_fields_set and config.enable_chunked_prefill:
-        config = config_from_args(args, {"max_num_batched_tokens": SERVE_MAX_NUM_BATCHED_TOKENS})
+        config = config_from_args(args, {"tool_parser": DEFAULT_TOOL_PARSER,
+                                         "max_num_batched_tokens": SERVE_MAX_NUM_BATCHED_TOKENS})
     return config
+
+
+def engine_checks_itself(mode: str, config: EngineConfig) -> bool:
+    """Whether the engine core runs in child processes of this one (``--engine mp``, one core or data-parallel
+    cores, not Ray actors), each of which checks the plugins and the model before it loads anything."""
+    return mode == "mp" and config.distributed_backend != "ray"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,17 +156,21 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     sock = bind_socket(args.host, args.port)  # a port in use fails now, in a second, not after the engine loaded
-    from frame.engine.selection import preflight
+    from frame.engine.client import uses_cores_apart
     from frame.server import HttpLimits, ServerLimits, ServerSettings, build_app
     from frame.server.runner import run_server
 
     config = serve_config(args)
+    # A plugin that cannot run here, or a missing model, fails in one line (exit 2) before the model loads: the
+    # engine processes check that first, so this one need not import torch (and starts seconds sooner).
+    if not engine_checks_itself(args.engine, config):
+        from frame.engine.selection import preflight
 
-    preflight(config)  # a plugin that cannot run here fails now, in one line, before any process starts
-    _check_tool_parser(args.tool_parser, config.tool_parser_options)
-    from frame.engine.client.dp import check_data_parallel
+        preflight(config)
+    if uses_cores_apart(args.engine, config) or config.data_parallel_size > 1:  # one core has no router
+        from frame.engine.client.dp import check_data_parallel
 
-    check_data_parallel(args.engine, config)
+        check_data_parallel(args.engine, config)
     http = HttpLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout,
                       body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive_timeout,
                       max_connections=args.max_connections, max_connections_per_client=args.max_connections_per_client,
@@ -181,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
-        tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=args.tool_parser,
+        tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=config.tool_parser or DEFAULT_TOOL_PARSER,
         tool_parser_options=config.tool_parser_options,
         enable_reset_prefix_cache=args.enable_reset_prefix_cache, chat_template=chat_template(args.chat_template),
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,

@@ -209,8 +209,8 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     """Everything that can be checked without loading the model: plugin choices, their options, the model path,
     its context length, and a tensor-parallel size its family can run.
 
-    ``frame serve`` runs it in the server process before it starts the engine process, so a mistake is one line,
-    not a failed child process.
+    The engine process of ``frame serve`` runs it before it loads anything (the server process too where the
+    engine runs in it or on Ray), so a mistake is one line, not a traceback after minutes of loading.
     """
     from frame.model_source import ModelSource
     from frame.plugins.registry import PluginRegistry
@@ -223,4 +223,6 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     family = select_model_family(hooks, source.architecture)
     check_tensor_parallel_family(hooks, config, family)
     model_options(hooks, config, family)
+    if config.tool_parser is not None:  # frame serve's: an unknown parser or option is one line, not a 500 later
+        _options(hooks, config, "tool_parser", config.tool_parser)
     return selection

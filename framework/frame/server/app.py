@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -104,14 +105,22 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
             if isinstance(prompts, tuple):
                 await prompts[1].close()
             err = next(r for r in started if isinstance(r, BaseException))
-            if not isinstance(err, EngineDeadError | FrameUsageError):
+            if isinstance(err, FrameUsageError):
+                # The engine refused the user's mistake (an unknown plugin, a missing model: its process checks
+                # them, so this one needs no torch): the sentence and exit status 2, as the CLI's own checks.
+                print(f"error: {err}", file=sys.stderr)
+                app.state.request_exit(2)
+                yield
+                return
+            if not isinstance(err, EngineDeadError):
                 raise err
-            # A start that failed for a stated reason (a placement Ray cannot meet, a model family that refuses
-            # the checkpoint) is that reason, in one line, and exit status 1, not uvicorn's traceback.
+            # A start that failed for a stated reason (a placement Ray cannot meet, a crash while loading) is that
+            # reason, in one line, and exit status 1, not uvicorn's traceback.
             log.error("the engine did not start: %s", err)
             app.state.request_exit(1)
             yield
             return
+        app.state.started()
         client, (tokenizer, pool) = started  # type: ignore[misc]
         info = client.info
         log.info("%s", startup_summary(info, config, client.mode))
@@ -144,6 +153,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="frame", version=__version__, lifespan=lifespan)
     app.state.frame = None
     app.state.request_exit = _cannot_exit
+    app.state.started = lambda: None
     app.state.stop_starting = None
     install_error_handlers(app)
     for module in (routes, completions, chat, responses, messages):

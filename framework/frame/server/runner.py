@@ -98,10 +98,20 @@ def server_for(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_l
     return DrainingServer(config, app, drain_timeout_s)
 
 
+def _quiet_until_started(app: FastAPI) -> None:
+    """Hold back uvicorn's informational lines until the engine is ready (``app.state.started``): a start the
+    engine refuses on a user's mistake then prints that one sentence alone."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    level = uvicorn_log.level
+    uvicorn_log.setLevel(max(level, logging.WARNING))
+    app.state.started = lambda: uvicorn_log.setLevel(level)
+
+
 def run_server(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
                http: HttpLimits | None = None, sock: socket.socket | None = None) -> int:
     """Serve until SIGTERM or Ctrl-C (or the supervisor's request to exit); blocks; returns the exit status.
     ``sock`` is the address already bound by :func:`bind_socket` (bound here when None)."""
     server = server_for(app, host, port, drain_timeout_s, log_level, http)
+    _quiet_until_started(app)
     server.run(sockets=[sock or bind_socket(host, port)])
     return server.exit_code

@@ -73,7 +73,8 @@ class EngineClient(ABC):
 
     # -- the interface -------------------------------------------------------------------------------------
     async def start(self, timeout_s: float = 600.0) -> Ready:
-        """Start the engine core and wait until it is built; raises EngineDeadError if it fails to start."""
+        """Start the engine core and wait until it is built; raises EngineDeadError if it fails to start, or the
+        FrameUsageError it refused to start on (an unknown plugin, a missing model)."""
         self._ready = asyncio.get_running_loop().create_future()
         await self._launch()
         try:
@@ -169,19 +170,24 @@ class EngineClient(ABC):
             fut = self._calls.pop(msg.call_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(msg.stats)
+        elif isinstance(msg, Failed) and msg.usage:
+            self._die(msg.message, FrameUsageError(msg.message))
         elif isinstance(msg, Failed):
             self._die(f"the engine failed: {msg.message}")
         elif self.listener is not None:
             self.listener(msg)
 
-    def _die(self, reason: str) -> None:
+    def _die(self, reason: str, start_error: FrameUsageError | None = None) -> None:
+        """Mark the engine dead; ``start_error``: it refused to start on the user's mistake (``start`` raises it,
+        and there is no crash to log)."""
         if self.dead_reason is not None:
             return
         self.dead_reason = reason
-        log.error("engine died: %s", reason)
+        if start_error is None:
+            log.error("engine died: %s", reason)
         error = EngineDeadError(reason)
         if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(error)
+            self._ready.set_exception(start_error or error)
         for fut in self._calls.values():
             if not fut.done():
                 fut.set_exception(error)

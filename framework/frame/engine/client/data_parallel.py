@@ -22,6 +22,7 @@ from frame.engine.client.base import EngineClient, EngineDeadError, RankState
 from frame.engine.client.ranks import RankSlot
 from frame.engine.wire.client_core import Outputs, Rejected, ToEngine
 from frame.engine.wire.requests import EngineRequest, EngineStats
+from frame.errors import FrameUsageError
 from frame.interfaces.router import Router, RouteRequest, block_digests
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
@@ -65,7 +66,9 @@ class DataParallelClient(EngineClient):
         assert self._ready is not None
         if failed:
             slot, err = failed[0]
-            self._ready.set_exception(EngineDeadError(f"engine core rank {slot.rank} did not start: {err}"))
+            usage = next((e for _, e in failed if isinstance(e, FrameUsageError)), None)
+            # Every rank refuses the same mistake: its one sentence, not a dead rank.
+            self._ready.set_exception(usage or EngineDeadError(f"engine core rank {slot.rank} did not start: {err}"))
             return
         self._ready.set_result(self.slots[0].client.info)  # type: ignore[union-attr]
 

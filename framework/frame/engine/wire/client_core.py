@@ -102,9 +102,12 @@ class Rejected(msgspec.Struct, tag="rejected"):
 
 
 class Failed(msgspec.Struct, tag="failed"):
-    """The engine could not start, or its loop crashed; the process exits after sending this."""
+    """The engine could not start, or its loop crashed; the process exits after sending this. ``usage``: the
+    start failed on a mistake the user can fix (a :class:`~frame.errors.FrameUsageError`: an unknown plugin, a
+    missing model), and ``message`` is that one sentence."""
 
     message: str
+    usage: bool = False
 
 
 # msgspec needs typing Unions here.
