@@ -285,7 +285,8 @@ class Scheduler:
         prompt_tokens = 0
         for seq, num_new in step.scheduled:
             drafts = step.spec.get(seq.seq_id, [])
-            if constrained and seq.num_computed_tokens + num_new == seq.num_tokens + len(drafts):
+            samples = seq.num_computed_tokens + num_new == seq.num_tokens + len(drafts)  # reaches its last token
+            if constrained and samples:
                 sampling.append((seq.seq_id, drafts))
             if seq.is_prefilling:
                 prompt_tokens += min(num_new, seq.num_prompt_tokens - seq.num_computed_tokens)
@@ -296,7 +297,7 @@ class Scheduler:
                     req_id=seq.seq_id, prompt_token_ids=list(seq.prompt_token_ids),
                     output_token_ids=list(seq.output_token_ids), params=seq.params, block_ids=list(table),
                     num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new,
-                    eos_token_ids=sorted(seq.eos_token_ids),
+                    eos_token_ids=sorted(seq.eos_token_ids), samples=samples,
                 ))
             else:
                 resumed = seq.seq_id in self._resumed
@@ -304,7 +305,7 @@ class Scheduler:
                 running.append(RunningRequest(
                     req_id=seq.seq_id, new_block_ids=list(table if resumed else table[held:]),
                     num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new, resumed=resumed,
-                    spec_token_ids=drafts,
+                    spec_token_ids=drafts, samples=samples,
                 ))
             self._runner_blocks[seq.seq_id] = len(table)
         ended, self._ended = self._ended, []
@@ -334,8 +335,7 @@ class Scheduler:
                 continue
             spec = req.spec_token_ids if isinstance(req, RunningRequest) else []
             seq.spec_token_ids = []
-            if seq.num_computed_tokens + req.num_new_tokens != seq.num_tokens + len(spec):
-                # A prefill chunk short of the prompt's end: nothing was sampled.
+            if not req.samples:  # a prefill chunk short of the prompt's end
                 seq.num_computed_tokens += req.num_new_tokens
                 self.cache.commit(seq)
                 continue

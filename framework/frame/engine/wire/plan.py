@@ -23,6 +23,8 @@ class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``output_token_ids`` is empty unless the request generated tokens before the runner first saw it.
     ``num_computed_tokens`` leading tokens already have KV in ``block_ids`` (a prefix-cache hit); this step
     computes the next ``num_new_tokens``. ``eos_token_ids`` are the model's end tokens, which ``min_tokens`` bans.
+    ``samples``: the scheduler's decision that this step reaches the request's last token, so the runner samples
+    its logits (False for a prefill chunk short of the prompt's end).
     """
 
     req_id: str
@@ -33,6 +35,7 @@ class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
     num_computed_tokens: int
     num_new_tokens: int
     eos_token_ids: list[int] = []
+    samples: bool = False
 
 
 class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -41,7 +44,7 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     ``num_computed_tokens`` is the scheduler's count before this step (the runner checks it against its own).
     When ``resumed`` is True the request was preempted since the runner last ran it: its KV is gone, and
     ``new_block_ids`` is its whole new table, not an addition. ``spec_token_ids`` are drafts to verify: the step's
-    ``num_new_tokens`` count them after the request's last real token.
+    ``num_new_tokens`` count them after the request's last real token. ``samples`` as in :class:`NewRequest`.
     """
 
     req_id: str
@@ -50,6 +53,7 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     num_new_tokens: int
     resumed: bool = False
     spec_token_ids: list[int] = []
+    samples: bool = False
 
 
 class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -109,8 +109,9 @@ class ModelRunner:
             self.pool.copy_block(c.src, c.dst, c.num_tokens)
 
     # -- the plan -----------------------------------------------------------------------------------------
-    def apply_plan(self, plan: SchedulerOutput) -> tuple[np.ndarray, np.ndarray]:
-        """Update the persistent batch from ``plan``; returns the scheduled rows and their new-token counts."""
+    def apply_plan(self, plan: SchedulerOutput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Update the persistent batch from ``plan``; returns the scheduled rows, their new-token counts and
+        whether each samples (the scheduler's decision, carried by the plan)."""
         batch = self.batch
         for req_id in plan.finished_ids:
             batch.remove(req_id)
@@ -122,14 +123,16 @@ class ModelRunner:
         computed = [r.num_computed_tokens for r in plan.new_requests] + [r.num_computed_tokens for r in plan.running]
         row_array = np.asarray(rows, dtype=np.int64)
         batch.num_computed[row_array] = computed
-        return row_array, np.asarray(counts, dtype=np.int64)
+        samples = [r.samples for r in plan.new_requests] + [r.samples for r in plan.running]
+        return row_array, np.asarray(counts, dtype=np.int64), np.asarray(samples, dtype=bool)
 
     @staticmethod
     def _generator(seed: int | None) -> torch.Generator | None:
         return None if seed is None else torch.Generator().manual_seed(seed)
 
-    def gather(self, rows: np.ndarray, counts: np.ndarray) -> HostInputs:
-        """The flat batch of the scheduled ``rows`` (``counts`` new tokens each, in that order), on the host."""
+    def gather(self, rows: np.ndarray, counts: np.ndarray, samples: np.ndarray) -> HostInputs:
+        """The flat batch of the scheduled ``rows`` (``counts`` new tokens each, in that order; ``samples``: which
+        reach their last token), on the host."""
         batch, bs = self.batch, self.block_size
         ends = np.cumsum(counts)
         starts = ends - counts
@@ -147,7 +150,7 @@ class ModelRunner:
             query_lens=counts,
             seq_lens=seq_lens,
             block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
-            samples=seq_lens == batch.num_tokens[rows] + drafts,
+            samples=samples,
             drafts=drafts,
         )
 
@@ -192,14 +195,14 @@ class ModelRunner:
         """Run one step; returns the sampled tokens (and logprobs) of every request that reached its end, the
         prompt logprobs of the prompt positions it computed for requests that ask, and the proposer's drafts for
         the next step."""
-        rows, counts = self.apply_plan(plan)
+        rows, counts, sampling = self.apply_plan(plan)
         if plan.block_copies:
             self.copy_blocks(plan.block_copies)
         if self.proposer is not None:
             self._forget_drafts(plan)
         if not len(rows):
             return RunnerOutput()
-        host = self.gather(rows, counts)
+        host = self.gather(rows, counts, sampling)
         logits, scored = self.forward(host, take_prompt_rows(self.batch, rows, counts, host.seq_lens - counts))
         if logits is None:
             return RunnerOutput(prompt_logprobs=scored)
