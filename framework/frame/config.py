@@ -30,6 +30,10 @@ class EngineConfig(BaseModel):
                               "SmolLM2-135M-Instruct")
     tokenizer: str | None = Field(None, description="tokenizer folder, when it differs from the model")
     dtype: DType = Field("auto", description="weights, activations and KV dtype; auto: the platform's choice")
+    kv_cache_dtype: Literal["auto", "bfloat16", "float32", "float16", "int8", "fp8"] = Field(
+        "auto", description="KV cache dtype: auto (the model's dtype), a float dtype, or int8 / fp8 (e4m3) codes with "
+        "a float32 scale per token and KV head (about half of bfloat16's bytes); the attention backend must support "
+        "it (frame plugins lists which)")
     max_model_len: int | None = Field(None, ge=16, description="longest sequence (prompt + output), at most the "
                                       "model's; default: the model's")
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")

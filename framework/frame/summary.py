@@ -2,8 +2,8 @@
 
 It answers what a newcomer and a vLLM user look for in the first minute: which model and family, in which dtype
 and quantization, on which platform and ISA path, with which attention backend, KV-cache strategy and scheduler,
-over how many ranks and with which router, and how big the KV pool is: in GiB, in tokens, and as the number of
-requests of the full context length it holds at once (vLLM's "maximum concurrency").
+over how many ranks and with which router, and how big the KV pool is: its dtype and bytes per token, in GiB, in
+tokens, and as the number of requests of the full context length it holds at once (vLLM's "maximum concurrency").
 """
 
 from __future__ import annotations
@@ -26,6 +26,18 @@ def kv_tokens(ready: Ready) -> int:
 def max_concurrency(ready: Ready, data_parallel_size: int = 1) -> float:
     """Requests of ``max_model_len`` tokens each that all cores' pools hold at once."""
     return kv_tokens(ready) * data_parallel_size / ready.max_model_len
+
+
+def kv_bytes_per_token(ready: Ready) -> int:
+    """Bytes one token's K and V take in the pool, over all layers (a quantized pool's scales included)."""
+    return ready.kv_bytes // max(kv_tokens(ready), 1)
+
+
+def kv_dtype_line(ready: Ready) -> str:
+    """The pool's dtype and its bytes per token (``int8 (8-bit codes + a float32 scale per token and KV head),
+    12240 bytes per token``)."""
+    quantized = " (8-bit codes + a float32 scale per token and KV head)" if ready.kv_dtype in ("int8", "fp8") else ""
+    return f"{ready.kv_dtype or ready.dtype}{quantized}, {kv_bytes_per_token(ready)} bytes per token"
 
 
 def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
@@ -51,6 +63,7 @@ def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
         ("ranks", f"{cores} x {tp} tensor-parallel rank{'s' if tp > 1 else ''}; {router}"),
         ("KV pool", f"{ready.kv_bytes / _GIB:.2f} GiB{' per rank' if tp > 1 else ''}, {kv_tokens(ready)} tokens "
                     f"({ready.num_blocks} blocks) per core"),
+        ("KV dtype", kv_dtype_line(ready)),
         ("max concurrency", f"{max_concurrency(ready, dp):.2f} requests of {ready.max_model_len} tokens at once"),
         ("decode graphs", graphs),
     ]

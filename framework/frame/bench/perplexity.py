@@ -37,6 +37,8 @@ class Perplexity:
     tokens: int
     chunks: int
     seconds: float
+    #: Bytes one token's K and V take in the KV pool (``--kv-cache-dtype``; a quantized pool's scales included).
+    kv_bytes_per_token: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,16 +78,17 @@ def score(logits: torch.Tensor, chunk: Sequence[int]) -> tuple[float, int]:
     return float(-logprobs.gather(1, targets[:, None]).sum()), len(targets)
 
 
-def frame_perplexity(config: EngineConfig, label: str, n_ctx: int, max_chunks: int | None = None) -> Perplexity:
+def frame_perplexity(config: EngineConfig, label: str, n_ctx: int, max_chunks: int | None = None,
+                     text: str | None = None) -> Perplexity:
     """Perplexity of the model ``config`` describes, run by a model worker as the engine runs it, over the first
-    ``max_chunks`` chunks (default: all)."""
+    ``max_chunks`` chunks (default: all) of the shipped text (or ``text``)."""
     from frame.engine.worker.model_worker import Worker
     from frame.testing.attention import build_metadata
 
     worker = Worker(config, max_model_len=n_ctx)
     runner = worker.runner
     tokenizer = worker.source.tokenizer
-    pieces = chunks(token_ids(tokenizer), n_ctx, bos_of(tokenizer))[:max_chunks]
+    pieces = chunks(token_ids(tokenizer, text), n_ctx, bos_of(tokenizer))[:max_chunks]
     blocks = math.ceil(n_ctx / config.block_size)
     runner.allocate_kv(blocks)
     table = list(range(blocks))
@@ -99,7 +102,8 @@ def frame_perplexity(config: EngineConfig, label: str, n_ctx: int, max_chunks: i
             hidden = runner.model(ids, torch.arange(n_ctx, device=device), runner.kv_caches, meta)
             part, scored = score(runner.model.compute_logits(hidden).float().cpu(), chunk)
             nll, count = nll + part, count + scored
-    return Perplexity(label, math.exp(nll / count), nll, count, len(pieces), time.perf_counter() - started)
+    return Perplexity(label, math.exp(nll / count), nll, count, len(pieces), time.perf_counter() - started,
+                      runner.bytes_per_block // config.block_size)
 
 
 def default_variants(config: EngineConfig) -> list[str]:
@@ -125,32 +129,36 @@ def default_variants(config: EngineConfig) -> list[str]:
 
 
 def run_variants(config: EngineConfig, variants: Sequence[str] | None, n_ctx: int, console: Any,
-                 max_chunks: int | None = None) -> list[Perplexity]:
-    """Score each variant (``DTYPE[+QUANTIZATION]``) of ``config``'s model in turn, in this process."""
+                 max_chunks: int | None = None, text: str | None = None) -> list[Perplexity]:
+    """Score each variant (``DTYPE[+QUANTIZATION][@KV_DTYPE]``) of ``config``'s model in turn, in this process;
+    ``@int8`` runs that variant with ``--kv-cache-dtype int8`` (without it, the config's KV dtype applies)."""
     from frame.errors import ConfigError
 
     results = []
     for variant in variants or default_variants(config):
-        dtype, _, quantization = variant.partition("+")
+        weights, _, kv_dtype = variant.partition("@")
+        dtype, _, quantization = weights.partition("+")
         try:
-            varied = config.model_copy(update={"dtype": dtype, "quantization": quantization or None})
+            varied = config.model_copy(update={"dtype": dtype, "quantization": quantization or None,
+                                               "kv_cache_dtype": kv_dtype or config.kv_cache_dtype})
             EngineConfig.model_validate(varied.model_dump())
         except ValueError as err:
             raise ConfigError(f"--variant {variant}: {err}", param="variant") from None
         console.print(f"scoring {variant} ...")
-        results.append(frame_perplexity(varied, variant, n_ctx, max_chunks))
+        results.append(frame_perplexity(varied, variant, n_ctx, max_chunks, text))
     return results
 
 
-def render(results: Sequence[Perplexity], console: Any) -> None:
+def render(results: Sequence[Perplexity], console: Any, text_name: str = TEXT.name) -> None:
     """A table of the results, each relative to the first."""
     from rich.table import Table
 
-    table = Table(title=f"perplexity on {TEXT.name}")
-    for column in ("system", "perplexity", f"vs {results[0].label}", "scored tokens", "chunks", "seconds"):
+    table = Table(title=f"perplexity on {text_name}")
+    for column in ("system", "perplexity", f"vs {results[0].label}", "KV bytes/token", "scored tokens", "chunks",
+                   "seconds"):
         table.add_column(column, justify="left" if column == "system" else "right")
     for r in results:
         ratio = r.perplexity / results[0].perplexity
-        table.add_row(r.label, f"{r.perplexity:.4f}", f"{(ratio - 1) * 100:+.2f}%", str(r.tokens), str(r.chunks),
-                      f"{r.seconds:.1f}")
+        table.add_row(r.label, f"{r.perplexity:.4f}", f"{(ratio - 1) * 100:+.2f}%", str(r.kv_bytes_per_token),
+                      str(r.tokens), str(r.chunks), f"{r.seconds:.1f}")
     console.print(table)

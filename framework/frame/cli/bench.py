@@ -67,23 +67,28 @@ def _serve_missing(args: argparse.Namespace) -> int:
 def _add_perplexity(sub: Any) -> None:
     help_text = "perplexity on a fixed public-domain text: dense dtypes and quantizations side by side"
     parser = sub.add_parser("perplexity", help=help_text, description=help_text)
-    parser.add_argument("--variant", action="append", default=None, metavar="DTYPE[+QUANTIZATION]",
-                        help="one system to score, e.g. float32, bfloat16, float32+gguf, float32+int8 (repeatable; "
+    parser.add_argument("--variant", action="append", default=None, metavar="DTYPE[+QUANTIZATION][@KV_DTYPE]",
+                        help="one system to score, e.g. float32, bfloat16, float32+gguf, float32+int8, bfloat16@int8 "
+                        "(bfloat16 weights, int8 KV cache; without @, --kv-cache-dtype applies) (repeatable; "
                         "default: float32, bfloat16 where the platform has it, and float32 with every installed "
                         "quantization that serves the model)")
     parser.add_argument("--n-ctx", type=int, default=512, help="tokens per chunk; the second half is scored")
     parser.add_argument("--chunks", type=int, default=None, help="score only the first N chunks (default: all)")
+    parser.add_argument("--text", type=Path, default=None,
+                        help="score this UTF-8 text file instead of the shipped one (which holds about 2,900 tokens: "
+                        "longer chunks need a longer text)")
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     add_engine_flags(parser)
     parser.set_defaults(bench=_run_perplexity)
 
 
 def _run_perplexity(args: argparse.Namespace) -> int:
-    from frame.bench.perplexity import render, run_variants
+    from frame.bench.perplexity import TEXT, render, run_variants
 
     console = Console(width=None if Console().is_terminal else 160)
-    results = run_variants(config_from_args(args), args.variant, args.n_ctx, console, args.chunks)
-    render(results, console)
+    text = args.text.read_text(encoding="utf-8") if args.text else None
+    results = run_variants(config_from_args(args), args.variant, args.n_ctx, console, args.chunks, text)
+    render(results, console, (args.text or TEXT).name)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([r.as_json() for r in results], indent=2))

@@ -90,6 +90,18 @@ def _print_batch(prompts: list[str], results: list[RequestOutput]) -> None:
         print(result.outputs[0].text)
 
 
+def _print_kv_pool(llm: LLM) -> None:
+    """The KV pool's size and dtype, with its bytes per token (what ``--kv-cache-dtype`` changes)."""
+    from frame.engine.core.engine_core import EngineCore
+    from frame.engine.core.loop import ready_message
+    from frame.summary import kv_dtype_line, kv_tokens
+
+    if isinstance(llm.engine, EngineCore):  # data-parallel cores report theirs in the server's summary only
+        ready = ready_message(llm.engine, 0)
+        print(f"KV pool: {kv_tokens(ready)} tokens ({ready.num_blocks} blocks); KV dtype {kv_dtype_line(ready)}",
+              file=sys.stderr)
+
+
 def _print_cache_use(llm: LLM, results: list[RequestOutput]) -> None:
     for index, result in enumerate(results, 1):
         out = result.outputs[0]
@@ -111,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     stderr = Console(stderr=True)
     with stderr.status(f"loading {config.model or 'the bundled SmolLM2-135M-Instruct'} and starting the engine"):
         llm = LLM(**config.model_dump(exclude_unset=True))
+    if args.verbose:
+        _print_kv_pool(llm)
     inputs = [_engine_prompt(llm, text, args.raw) for text in prompts]
     params = sampling_from_args(args)
     if len(inputs) == 1 and not args.verbose:

@@ -54,12 +54,14 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
         return True, notes
     if kind == "attention":
         supported = hooks.attention_platforms(name)
+        kv = f"KV dtypes {', '.join(hooks.attention_kv_dtypes(name))}"
         if platform is None:
-            return False, "no platform can run here"
+            return False, f"no platform can run here; {kv}"
         if platform.name not in supported:
-            return False, f"runs on {', '.join(supported) or 'no platform'} only; this machine is {platform.describe()}"
+            return False, (f"runs on {', '.join(supported) or 'no platform'} only; this machine is "
+                           f"{platform.describe()}; {kv}")
         why = hooks.attention_check(name, platform)
-        return why is None, why or f"on {platform.name}"
+        return why is None, f"{why or f'on {platform.name}'}; {kv}"
     if kind == "model":
         architectures = hooks.model_architectures(name)
         if hooks.model_is_fallback(name):

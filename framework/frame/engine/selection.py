@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from frame.config import OPTION_SECTIONS, EngineConfig, resolve_plugin_options
 from frame.errors import ConfigError, PluginUnavailableError, UnknownPluginError
+from frame.interfaces.kv_dtype import resolve_kv_dtype
 from frame.interfaces.platform import Platform
 from frame.interfaces.quantization import QuantizationMethod
 from frame.plugins.families import family_for
@@ -37,6 +38,8 @@ class Selection:
     dtype: torch.dtype
     options: dict[str, BaseModel | None]
     proposer: str | None = None
+    #: The KV pool's dtype (``--kv-cache-dtype``, ``auto`` resolved to ``dtype``); None: ``dtype``.
+    kv_dtype: torch.dtype | None = None
 
 
 def _options(hooks: PluginHooks, config: EngineConfig, kind: str, name: str) -> BaseModel | None:
@@ -106,6 +109,20 @@ def select_dtype(config: EngineConfig, platform: Platform) -> torch.dtype:
     return dtype
 
 
+def select_kv_dtype(hooks: PluginHooks, config: EngineConfig, attn: str, dtype: torch.dtype) -> torch.dtype:
+    """The KV pool's dtype; a backend that does not declare ``--kv-cache-dtype``'s value is refused in one sentence
+    naming the backends that do."""
+    name = config.kv_cache_dtype
+    if name != "auto" and name not in hooks.attention_kv_dtypes(attn):
+        able = [n for n in hooks.registry.load_all("attention") if name in hooks.attention_kv_dtypes(n)]
+        choose = f"choose --attn {' or '.join(able)}, or " if able else ""
+        raise ConfigError(
+            f"The attention backend '{attn}' does not support --kv-cache-dtype {name} (it reads "
+            f"{', '.join(hooks.attention_kv_dtypes(attn))}); {choose}use --kv-cache-dtype auto.",
+            param="kv_cache_dtype")
+    return resolve_kv_dtype(name, dtype)
+
+
 def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
     """Resolve every plugin choice of ``config``; raises a usage error naming the fix."""
     platform_name = select_platform(hooks, config.platform)
@@ -128,8 +145,9 @@ def select(config: EngineConfig, hooks: PluginHooks) -> Selection:
     elif config.speculative_options:
         raise ConfigError("speculative_options were given without speculative_proposer; name the proposer "
                           "(--speculative-proposer ngram).", param="speculative_options")
-    return Selection(platform, platform_name, attn, config.cache, config.sched, select_dtype(config, platform),
-                     options, proposer)
+    dtype = select_dtype(config, platform)
+    return Selection(platform, platform_name, attn, config.cache, config.sched, dtype, options, proposer,
+                     select_kv_dtype(hooks, config, attn, dtype))
 
 
 def select_model_family(hooks: PluginHooks, architecture: str) -> str:

@@ -36,6 +36,18 @@ def frame_attention_check(platform: Platform) -> str | None:
 
 
 @hookspec
+def frame_attention_kv_dtypes() -> list[str]:
+    """The ``--kv-cache-dtype`` values this backend reads and writes (``["float32", "bfloat16", "float16", "int8",
+    "fp8"]``); ``auto`` (the model's dtype) is always allowed.
+
+    Called by ``frame plugins`` and before the model loads, which refuses an unsupported pair in one sentence
+    naming the backends that support it. A quantized dtype means a pool whose rows are 8-bit codes followed by a
+    float32 scale (:mod:`frame.interfaces.kv_dtype`); the backend sees it as its caches' dtype. Optional: a backend
+    that does not implement it reads the float dtypes only. Since API 2 (issue 31).
+    """
+
+
+@hookspec
 def frame_attention_create(
     num_heads: int,
     num_kv_heads: int,

@@ -3,8 +3,10 @@ where a step's tokens read and write it. The only place :class:`~frame.interface
 is built: the runner, its recorded decode steps, a draft model, calibration and the attention test suite all set
 up their paged forward here.
 
-The pool is one tensor ``[layers, 2, blocks, block_size, kv_heads, head_dim]``; layer ``i``'s key and value
-caches are its views ``[i, 0]`` and ``[i, 1]`` (the per-layer layout in :mod:`frame.interfaces.attention`).
+The pool is one tensor ``[layers, 2, blocks, block_size, kv_heads, width]``; layer ``i``'s key and value
+caches are its views ``[i, 0]`` and ``[i, 1]`` (the per-layer layout in :mod:`frame.interfaces.attention`). ``width``
+is ``head_dim``, or ``head_dim + 4`` in a quantized pool (int8/fp8 codes and each row's scale,
+:mod:`frame.interfaces.kv_dtype`).
 Token slot ``s`` of a sequence whose block table is ``t`` is ``t[s // block_size] * block_size + s % block_size``.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from frame.interfaces.attention import AttentionMetadata
+from frame.interfaces.kv_dtype import row_width
 
 if TYPE_CHECKING:
     from frame.interfaces.model import KVCacheSpec
@@ -24,7 +27,8 @@ if TYPE_CHECKING:
 
 class KVPool:
     """A model's paged KV on one rank: ``num_blocks`` blocks any request may own, plus ``scratch_blocks`` past
-    them that none owns (padding rows of recorded decode steps write there).
+    them that none owns (padding rows of recorded decode steps write there). ``dtype`` is the KV dtype
+    (``--kv-cache-dtype``): a float dtype, or int8/float8_e4m3fn codes with per-token, per-head scales.
 
     The storage is ``torch.empty`` unless ``zeroed``: every slot is written before it is read, and zeroing
     gigabytes costs seconds."""
@@ -35,8 +39,9 @@ class KVPool:
         self.block_size = block_size
         self.scratch_blocks = scratch_blocks
         make = torch.zeros if zeroed else torch.empty
+        self.dtype = dtype
         self.tensor = make((spec.num_layers, 2, num_blocks + scratch_blocks, block_size, spec.num_kv_heads,
-                            spec.head_dim), dtype=dtype, device=device)
+                            row_width(spec.head_dim, dtype)), dtype=dtype, device=device)
         #: Each layer's ``(key_cache, value_cache)``, ``[blocks, block_size, kv_heads, head_dim]`` views.
         self.caches = [(self.tensor[i, 0], self.tensor[i, 1]) for i in range(spec.num_layers)]
 

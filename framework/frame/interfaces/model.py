@@ -10,6 +10,7 @@ from typing import Literal
 import torch
 
 from frame.interfaces.attention import AttentionMetadata
+from frame.interfaces.kv_dtype import kv_bytes_per_token
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,14 @@ class KVCacheSpec:
     num_kv_heads: int
     head_dim: int
 
+    def bytes_per_token(self, dtype: torch.dtype) -> int:
+        """Bytes of one token's K and V across all layers in a pool of ``dtype`` (a quantized one's scales
+        included, :mod:`frame.interfaces.kv_dtype`)."""
+        return kv_bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim, dtype)
+
     def bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         """Bytes of one block across all layers, keys and values."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * itemsize
+        return block_size * self.bytes_per_token(dtype)
 
 
 class WeightSource(ABC):

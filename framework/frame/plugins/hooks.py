@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from frame.errors import FrameUsageError, IncompatiblePluginError
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.grammar import GrammarBackend
+from frame.interfaces.kv_dtype import FLOAT_KV_DTYPES
 from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.router import Router
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
@@ -119,6 +120,11 @@ class PluginHooks:
             self._trace(err, f"attention:{name} frame_attention_check")
             origin = self.registry.info("attention", name).origin
             return f"cannot run here: its frame_attention_check raised {describe(err)} ({origin})"
+
+    def attention_kv_dtypes(self, name: str) -> list[str]:
+        """The KV dtypes the backend declares (:data:`~frame.interfaces.kv_dtype.FLOAT_KV_DTYPES` when it declares
+        none)."""
+        return list(self._probe("attention", name, "frame_attention_kv_dtypes", FLOAT_KV_DTYPES))
 
     def create_attention(
         self, name: str, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype,

@@ -85,7 +85,7 @@ KINDS: dict[str, PluginKind] = {
               ("frame_platform_check", "frame_platform_priority")),
         _kind("attention", "attention backend", "attn", "frame.attention", "attention", attention,
               "AttentionBackend", "frame.testing.attention:AttentionBackendSuite", "attn_options",
-              ("frame_attention_platforms",)),
+              ("frame_attention_platforms", "frame_attention_kv_dtypes")),
         _kind("cache", "KV cache", "cache", "frame.caches", "caches", cache, "KVCacheStrategy",
               "frame.testing.cache:CacheConformance", "cache_options"),
         _kind("scheduler", "scheduler", "sched", "frame.schedulers", "schedulers", scheduler, "SchedulingPolicy",

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata, UnsupportedAttentionError
+from frame.interfaces.kv_dtype import KV_CACHE_DTYPES, dequantize_rows, is_quantized, quantize_rows
 from frame.interfaces.kv_layout import sequence_metadata
 from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
@@ -130,6 +131,29 @@ def reference_attention(
                 out[row + j, h] = torch.softmax(scores, dim=0) @ values[first:end, h // group]
         row += q_len
     return out.to(device=query.device, dtype=query.dtype)
+
+
+def quantized_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A float step's caches as a pool of ``kv_dtype`` stores them, and the new K/V as the backend will read them
+    back (quantized and dequantized): ``(key, value, k_cache, v_cache)``. Attention over these in floats is what a
+    quantized backend must compute up to float rounding; the float step itself it meets within
+    :func:`quantized_tolerance`."""
+    caches = [quantize_rows(c, kv_dtype) for c in (k_cache, v_cache)]
+    rounded = [dequantize_rows(quantize_rows(x, kv_dtype), x.dtype) for x in (key, value)]
+    return rounded[0], rounded[1], caches[0], caches[1]
+
+
+#: How far attention over an int8 / fp8 KV cache may stray from the same attention over the float KV (inputs of
+#: unit variance), beyond the compute dtype's own :func:`tolerance`: int8 rows keep about 1/254 of each row's
+#: range, fp8 e4m3 three mantissa bits (1/16).
+QUANTIZED_TOLERANCE = {torch.int8: 3e-2, torch.float8_e4m3fn: 0.15}
+
+
+def quantized_tolerance(kv_dtype: torch.dtype, dtype: torch.dtype) -> dict[str, float]:
+    """``assert_close`` tolerances of attention over a ``kv_dtype`` cache computed in ``dtype`` against the same
+    attention over the float KV."""
+    return {key: value + QUANTIZED_TOLERANCE[kv_dtype] for key, value in tolerance(dtype).items()}
 
 
 def tolerance(dtype: torch.dtype) -> dict[str, float]:
@@ -316,6 +340,51 @@ class AttentionBackendSuite:
         expected = reference_attention(q, k, v, k_cache, v_cache, meta, limited.scale, 4, 3.0)
         out = limited.forward(q, k, v, k_cache, v_cache, plain.build_metadata(meta))
         torch.testing.assert_close(out, expected, **tolerance(torch.float32))
+
+    # -- quantized KV (issue 31) ------------------------------------------------------------------------------
+    def quantized_kv_dtypes(self, hooks: PluginHooks) -> list[torch.dtype]:
+        """The int8 / fp8 KV dtypes the backend declares (skips the test when it declares none)."""
+        found = [KV_CACHE_DTYPES[n] for n in hooks.attention_kv_dtypes(self.plugin_name)
+                 if n in KV_CACHE_DTYPES and KV_CACHE_DTYPES[n] is not None and is_quantized(KV_CACHE_DTYPES[n])]
+        if not found:
+            pytest.skip(f"{self.plugin_name} declares no quantized KV dtype")
+        return found
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    @pytest.mark.parametrize("window", [None, 5])
+    def test_quantized_kv_matches_reference(self, hooks, platform, dtype: torch.dtype, window: int | None) -> None:
+        """Over an int8 / fp8 pool the backend computes attention over the dequantized rows (within the dtype's
+        tolerance), and stays within :func:`quantized_tolerance` of the float KV it stands for."""
+        if dtype not in platform.supported_dtypes:
+            pytest.skip(f"{dtype} is not computed on {platform.describe()}")
+        for kv_dtype in self.quantized_kv_dtypes(hooks):
+            backend = (self.make_backend(hooks, platform, 6, 2, 64, dtype) if window is None else
+                       self.make_limited_backend(hooks, platform, (6, 2), 64, sliding_window=window, dtype=dtype))
+            q, k, v, k_cache, v_cache, meta = make_random_batch(
+                31, 6, self.block_sizes[1], 6, 2, 64, dtype, platform.device,
+                ["prefill", "decode", "chunk", "decode", "chunk", "prefill"])
+            float_ref = reference_attention(q, k, v, k_cache, v_cache, meta, backend.scale, window)
+            k_q, v_q, kc_q, vc_q = quantized_kv(k, v, k_cache, v_cache, kv_dtype)
+            out = backend.forward(q, k, v, kc_q, vc_q, backend.build_metadata(meta))
+            expected = reference_attention(q, k_q, v_q, dequantize_rows(kc_q, torch.float32),
+                                           dequantize_rows(vc_q, torch.float32), meta, backend.scale, window)
+            torch.testing.assert_close(out, expected, **tolerance(dtype))
+            torch.testing.assert_close(out.float(), float_ref.float(), **quantized_tolerance(kv_dtype, dtype))
+
+    def test_quantized_write_kv_fills_exactly_the_mapped_slots(self, hooks, platform) -> None:
+        for kv_dtype in self.quantized_kv_dtypes(hooks):
+            backend = self.make_backend(hooks, platform, 4, 2, 64)
+            _, k, v, k_cache, v_cache, meta = make_random_batch(5, 5, 4, 4, 2, 64, device=platform.device)
+            k_cache, v_cache = quantize_rows(k_cache, kv_dtype), quantize_rows(v_cache, kv_dtype)
+            before = [c.view(torch.uint8).clone() for c in (k_cache, v_cache)]
+            backend.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+            for new, cache, old in zip((k, v), (k_cache, v_cache), before, strict=True):
+                rows = cache.view(-1, 2, 68)
+                want = quantize_rows(new, kv_dtype).view(torch.uint8)
+                assert torch.equal(rows[meta.slot_mapping].view(torch.uint8), want), f"{kv_dtype} rows differ"
+                untouched = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+                untouched[meta.slot_mapping] = False
+                assert torch.equal(rows.view(torch.uint8)[untouched], old.view(-1, 2, 68)[untouched])
 
     def low_precision_dtypes(self, platform: Platform) -> list[torch.dtype]:
         """The 16-bit dtypes to check: float16 and bfloat16, those the platform computes in (a backend whose

@@ -30,6 +30,7 @@ from frame.engine.wire.client_core import (
     ToEngine,
 )
 from frame.errors import FrameUsageError
+from frame.interfaces.kv_dtype import kv_dtype_name
 
 log = logging.getLogger("frame.engine.loop")
 
@@ -53,7 +54,8 @@ def ready_message(core: EngineCore, pid: int) -> Ready:
                  family=select_model_family(core.hooks, core.source.architecture), dtype=dtype,
                  quantization=quantization, platform=selection.platform.describe(), isa_path=isa_path,
                  attn=selection.attn, cache=selection.cache, sched=selection.sched, block_size=config.block_size,
-                 kv_bytes=core.num_blocks * core.executor.bytes_per_block)
+                 kv_bytes=core.num_blocks * core.executor.bytes_per_block,
+                 kv_dtype=kv_dtype_name(selection.kv_dtype or selection.dtype))
 
 
 def drain(inbox: queue.SimpleQueue[T], timeout_s: float) -> list[T]:

@@ -64,6 +64,8 @@ class Ready(msgspec.Struct, tag="ready"):
     block_size: int = 0
     #: Bytes of one rank's KV pool.
     kv_bytes: int = 0
+    #: The pool's dtype as ``--kv-cache-dtype`` spells it (``bfloat16``, ``int8``).
+    kv_dtype: str = ""
 
 
 class CoreLoad(msgspec.Struct, array_like=True):

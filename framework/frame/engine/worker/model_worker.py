@@ -66,7 +66,7 @@ class Worker:
         model, attention = self.load_model()
         sel = self.selection
         self.runner = ModelRunner(model, attention, sel.platform.device, sel.dtype, config.block_size,
-                                  config.max_num_seqs, max_model_len, config.seed)
+                                  config.max_num_seqs, max_model_len, config.seed, sel.kv_dtype)
         self.runner.proposer = self.make_proposer()
         self.runner.draft_batch_limit = config.speculative_disable_by_batch_size
 

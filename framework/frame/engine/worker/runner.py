@@ -68,11 +68,14 @@ class ModelRunner:
     """Runs a loaded model over a paged KV pool, from step plans."""
 
     def __init__(self, model: CausalLM, attention: AttentionBackend, device: torch.device, dtype: torch.dtype,
-                 block_size: int, max_num_seqs: int, max_model_len: int, seed: int = 0) -> None:
+                 block_size: int, max_num_seqs: int, max_model_len: int, seed: int = 0,
+                 kv_dtype: torch.dtype | None = None) -> None:
+        """``kv_dtype`` is the pool's (``--kv-cache-dtype``; None: ``dtype``)."""
         self.model = model
         self.attention = attention
         self.device = device
         self.dtype = dtype
+        self.kv_dtype = kv_dtype or dtype
         self.block_size = block_size
         self.batch = PersistentBatch(max_num_seqs, max_model_len, block_size)
         self.sampler = Sampler(seed)
@@ -84,17 +87,17 @@ class ModelRunner:
 
     @property
     def bytes_per_block(self) -> int:
-        return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.dtype)
+        return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.kv_dtype)
 
     def allocate_kv(self, num_blocks: int, scratch_block: bool = False) -> None:
         """Allocate the pool (:class:`~frame.interfaces.kv_layout.KVPool`), plus one block past the end that no
         request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
-        self.pool = KVPool(self.model.kv_cache_spec, num_blocks, self.block_size, self.dtype, self.device,
+        self.pool = KVPool(self.model.kv_cache_spec, num_blocks, self.block_size, self.kv_dtype, self.device,
                            scratch_blocks=int(scratch_block))
 
     @property
     def kv(self) -> torch.Tensor | None:
-        """The pool's one tensor ``[layers, 2, blocks, block_size, kv_heads, head_dim]`` (None before
+        """The pool's one tensor ``[layers, 2, blocks, block_size, kv_heads, width]`` (None before
         :meth:`allocate_kv`)."""
         return self.pool.tensor if self.pool is not None else None
 

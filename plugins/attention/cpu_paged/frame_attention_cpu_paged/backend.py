@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.kv_dtype import is_quantized
 
 from frame_attention_cpu_paged import kernel
 
@@ -13,7 +14,9 @@ class CpuPagedAttention(AttentionBackend):
 
     No per-layer gathers or padded copies: the kernel walks the block table, folds the query heads of a KV head
     together (each K/V row is read once for all of them) and keeps an online softmax in float32. Queries and
-    outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16. A sliding window starts each
+    outputs stay in the model's dtype; the cache may be float32, bfloat16 or float16, or int8 / fp8 codes with a
+    float32 scale per token and KV head (:mod:`frame.interfaces.kv_dtype`), which the kernel quantizes as it writes
+    and dequantizes as it widens each 16-key chunk to float32 (the float path's loops). A sliding window starts each
     query's walk at its window and masks the keys before it; a soft-cap maps scores through ``c * tanh(s / c)``. Both
     run on the kernel's generic loops (compiler-vectorised), not its AVX-512 or AVX2 paths.
     """
@@ -31,14 +34,14 @@ class CpuPagedAttention(AttentionBackend):
         kernel.load()
         self._attention = torch.ops.frame_cpu_paged.attention.default
         self._forward = torch.ops.frame_cpu_paged.forward.default
+        self._write = torch.ops.frame_cpu_paged.write.default
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        """Copy each new token's K/V row to its slot in the flattened ``[slots, num_kv_heads, head_dim]`` pool."""
-        k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-        v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+        """Copy (or quantize) each new token's K/V row into its slot of the pool, natively."""
+        self._write(self._stored(key, k_cache), self._stored(value, v_cache), k_cache, v_cache, slot_mapping)
 
     def attend(
         self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
@@ -55,6 +58,13 @@ class CpuPagedAttention(AttentionBackend):
     ) -> torch.Tensor:
         """Store the new K/V and attend, in one native call (token rows may be strided: columns of a QKV output)."""
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-        self._forward(out, query, key.to(k_cache.dtype), value.to(v_cache.dtype), k_cache, v_cache, meta.slot_mapping,
-                      meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale, *self._limits)
+        self._forward(out, query, self._stored(key, k_cache), self._stored(value, v_cache), k_cache, v_cache,
+                      meta.slot_mapping, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale,
+                      *self._limits)
         return out
+
+    @staticmethod
+    def _stored(rows: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        """New K or V rows as the kernel's write takes them: in a float cache's dtype; as they are for a quantized
+        cache, which the kernel quantizes."""
+        return rows if is_quantized(cache.dtype) else rows.to(cache.dtype)

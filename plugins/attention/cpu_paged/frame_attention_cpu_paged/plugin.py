@@ -26,6 +26,12 @@ def frame_attention_check(platform: Platform) -> str | None:
 
 
 @hookimpl
+def frame_attention_kv_dtypes() -> list[str]:
+    """Every float dtype, and int8 / fp8 codes that the kernel quantizes on write and dequantizes on read."""
+    return ["float32", "bfloat16", "float16", "int8", "fp8"]
+
+
+@hookimpl
 def frame_attention_create(
     num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
     options: BaseModel | None, sliding_window: int | None, logit_softcap: float | None,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.kv_dtype import dequantize_rows, is_quantized, write_rows
 
 from frame_attention_sdpa.plan import DecodeGroup, PrefillSeq, SdpaPlan, build_plan
 
@@ -29,7 +30,9 @@ class SdpaAttention(AttentionBackend):
     time and attends with two batched matmuls, the query heads folded onto their KV head so no KV is repeated.
     Every sequence with several new tokens (a prefill or a prefill chunk) gets its own SDPA call, causal and
     shifted by its cached context. A sliding window narrows the masks; a logit soft-cap, which SDPA cannot apply
-    between its product and its softmax, takes explicit matmuls in float32 instead.
+    between its product and its softmax, takes explicit matmuls in float32 instead. An int8 or fp8 cache (rows of
+    codes and a scale, :mod:`frame.interfaces.kv_dtype`) is quantized as it is written and dequantized to the model's
+    dtype as it is gathered, so only the gathered blocks are ever held in floats.
     """
 
     supports_sliding_window = True
@@ -43,18 +46,18 @@ class SdpaAttention(AttentionBackend):
         self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        """Copy each new token's K/V row to its slot in the flattened ``[slots, num_kv_heads, head_dim]`` pool."""
-        slots = slot_mapping.long()
-        k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, key.to(k_cache.dtype))
-        v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, value.to(v_cache.dtype))
+        """Copy each new token's K/V row to its slot in the flattened ``[slots, num_kv_heads, width]`` pool
+        (quantized for an int8/fp8 pool)."""
+        write_rows(k_cache, slot_mapping, key)
+        write_rows(v_cache, slot_mapping, value)
 
     def attend(
         self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         """Causal attention of every query row over its sequence's cached context (new tokens included)."""
         plan = meta.plan if isinstance(meta, SdpaMetadata) else build_plan(meta)
-        k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
-        v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
+        k_flat = k_cache.view(-1, self.num_kv_heads, k_cache.shape[-1])
+        v_flat = v_cache.view(-1, self.num_kv_heads, v_cache.shape[-1])
         out = torch.empty_like(query)
         for group in plan.decodes:
             out.index_copy_(0, group.rows, self._decode(query, k_cache, v_cache, group))
@@ -69,14 +72,14 @@ class SdpaAttention(AttentionBackend):
         batch, length = group.rows.numel(), group.num_blocks * k_cache.shape[1]
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         groups = heads // kv_heads
-        q = query.index_select(0, group.rows).to(k_cache.dtype)
+        q = query.index_select(0, group.rows).to(self._compute_dtype(k_cache))
         # Block-diagonal queries: row h of KV head kv holds q_h in columns kv*dim:(kv+1)*dim, zeros elsewhere.
         # The gathered [B, T, kv_heads * dim] context is then one contiguous matrix per sequence, so no KV
         # transpose, copy or repeat per query head is needed (kv_heads x more multiply-adds, all cheap).
         q_bd = q.new_zeros(batch, kv_heads, groups, kv_heads, dim)
         q_bd.diagonal(dim1=1, dim2=3).copy_(q.view(batch, kv_heads, groups, dim).permute(0, 2, 3, 1))
-        k = k_cache.index_select(0, group.blocks).view(batch, length, kv_heads * dim)
-        v = v_cache.index_select(0, group.blocks).view(batch, length, kv_heads * dim)
+        k = self._gather(k_cache, group.blocks).view(batch, length, kv_heads * dim)
+        v = self._gather(v_cache, group.blocks).view(batch, length, kv_heads * dim)
         scores = torch.bmm(q_bd.view(batch, heads, kv_heads * dim), k.transpose(1, 2))
         scores = self._capped(scores.float().mul_(self.scale)).add_(group.bias(torch.float32, self.sliding_window))
         probs = torch.softmax(scores, dim=-1).to(v.dtype)
@@ -88,9 +91,10 @@ class SdpaAttention(AttentionBackend):
         batch, length = group.rows.numel(), group.num_blocks * k_cache.shape[1]
         groups = self.num_heads // self.num_kv_heads
         # Query heads h = kv * groups + g all read KV head kv: fold them into the query length of that head.
-        q = query.index_select(0, group.rows).to(k_cache.dtype).view(batch, self.num_kv_heads, groups, self.head_dim)
-        k = k_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
-        v = v_cache.index_select(0, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
+        q = query.index_select(0, group.rows).to(self._compute_dtype(k_cache))
+        q = q.view(batch, self.num_kv_heads, groups, self.head_dim)
+        k = self._gather(k_cache, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
+        v = self._gather(v_cache, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
         if self.logit_softcap is not None:
             o = self._explicit(q, k.transpose(1, 2), v.transpose(1, 2),
                                group.bias(torch.float32, self.sliding_window)[:, None])
@@ -101,11 +105,11 @@ class SdpaAttention(AttentionBackend):
         return o.reshape(batch, self.num_heads, self.head_dim).to(query.dtype)
 
     def _prefill(self, query: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, seq: PrefillSeq):
-        q = query[seq.start : seq.start + seq.query_len].to(k_flat.dtype).transpose(0, 1)
+        q = query[seq.start : seq.start + seq.query_len].to(self._compute_dtype(k_flat)).transpose(0, 1)
         groups = self.num_heads // self.num_kv_heads
         # K/V repeated per query head rather than enable_gqa, which sends torch's CPU SDPA to its slow math path.
-        k = k_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
-        v = v_flat.index_select(0, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
+        k = self._gather(k_flat, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
+        v = self._gather(v_flat, seq.slots).transpose(0, 1).repeat_interleave(groups, dim=0)
         if self.logit_softcap is not None:
             bias = torch.zeros(seq.visible(self.sliding_window).shape, dtype=torch.float32, device=q.device)
             o = self._explicit(q, k, v, bias.masked_fill_(~seq.visible(self.sliding_window), float("-inf")))
@@ -115,6 +119,15 @@ class SdpaAttention(AttentionBackend):
             q[None], k[None], v[None], attn_mask=mask, is_causal=mask is None, scale=self.scale
         )
         return o[0].transpose(0, 1).to(query.dtype)
+
+    def _compute_dtype(self, cache: torch.Tensor) -> torch.dtype:
+        """The dtype attention runs in: the cache's, or the model's for a quantized cache."""
+        return self.dtype if is_quantized(cache.dtype) else cache.dtype
+
+    def _gather(self, cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``cache``'s rows at ``index`` along its first dimension, dequantized when the cache is quantized."""
+        rows = cache.index_select(0, index)
+        return dequantize_rows(rows, self.dtype) if is_quantized(cache.dtype) else rows
 
     def _capped(self, scores: torch.Tensor) -> torch.Tensor:
         """``c * tanh(scores / c)`` for a soft-capped layer (float32 scores, already scaled); as is otherwise."""

@@ -20,6 +20,12 @@ def frame_attention_platforms() -> list[str]:
 
 
 @hookimpl
+def frame_attention_kv_dtypes() -> list[str]:
+    """Every float dtype, and int8/fp8 rows dequantized as they are gathered."""
+    return ["float32", "bfloat16", "float16", "int8", "fp8"]
+
+
+@hookimpl
 def frame_attention_create(
     num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
     options: BaseModel | None, sliding_window: int | None, logit_softcap: float | None,

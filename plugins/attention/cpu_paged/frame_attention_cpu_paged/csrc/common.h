@@ -5,10 +5,13 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <type_traits>
 #include <cstdint>
 #include <cstring>
 
@@ -95,6 +98,9 @@ struct Problem {
   int64_t num_seqs;
   int64_t window;   // a query at position p sees keys (p - window, p]; 0: every key up to p
   float softcap;    // scores become softcap * tanh(score / softcap) before the softmax; 0: none
+  // Elements of one (token, KV head) row in the pool: head_dim, or head_dim + 4 in a quantized pool (int8 / fp8
+  // codes, then the row's float32 scale in the next 4 bytes).
+  int64_t row;
 
   // A window or a soft-cap: served by the generic loops only (the AVX-512 paths assume neither).
   bool limited() const { return window > 0 || softcap > 0.0f; }
@@ -115,14 +121,42 @@ inline void prefetch_line(const char* address) {
 // hardware prefetcher cannot guess them.
 template <typename cache_t, typename query_t>
 inline void prefetch_key(const Problem<cache_t, query_t>& p, const int32_t* table, int64_t pos) {
-  const int64_t row_bytes = p.kv_heads * p.head_dim * static_cast<int64_t>(sizeof(cache_t));
-  const int64_t base = (table[pos / p.block_size] * p.block_size + pos % p.block_size) * p.kv_heads * p.head_dim;
+  const int64_t row_bytes = p.kv_heads * p.row * static_cast<int64_t>(sizeof(cache_t));
+  const int64_t base = (table[pos / p.block_size] * p.block_size + pos % p.block_size) * p.kv_heads * p.row;
   const char* k = reinterpret_cast<const char*>(p.k_cache + base);
   const char* v = reinterpret_cast<const char*>(p.v_cache + base);
   for (int64_t b = 0; b < row_bytes; b += 64) {
     prefetch_line(k + b);
     prefetch_line(v + b);
   }
+}
+
+// A quantized pool's code types: int8 (value = code * scale) and fp8 e4m3 (value = float(code) * scale).
+template <typename cache_t>
+constexpr bool kQuantized = std::is_same_v<cache_t, int8_t> || std::is_same_v<cache_t, c10::Float8_e4m3fn>;
+constexpr int64_t kScaleBytes = 4;
+
+// The float32 scale stored after a quantized row's head_dim codes (1 for a float pool, which has none).
+template <typename cache_t>
+inline float row_scale(const cache_t* row, int64_t dim) {
+  if constexpr (kQuantized<cache_t>) {
+    float scale;
+    std::memcpy(&scale, reinterpret_cast<const char*>(row + dim), sizeof scale);
+    return scale;
+  } else {
+    return 1.0f;
+  }
+}
+
+// fp8 e4m3 codes widened through a table (c10's conversion is bit arithmetic per value).
+inline const std::array<float, 256>& fp8_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b)
+      t[b] = static_cast<float>(c10::Float8_e4m3fn(static_cast<uint8_t>(b), c10::Float8_e4m3fn::from_bits()));
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace frame_cpu_paged

@@ -37,6 +37,8 @@ inline float to_float(float x) { return x; }
 template <typename T>
 inline T from_float(float x) { return static_cast<T>(x); }  // c10::BFloat16 / c10::Half round to nearest even
 inline float to_float(c10::Half x) { return static_cast<float>(x); }
+inline float to_float(int8_t x) { return static_cast<float>(x); }
+inline float to_float(c10::Float8_e4m3fn x) { return fp8_table()[x.x]; }
 inline float to_float(c10::BFloat16 x) {
   uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float f;
@@ -253,28 +255,32 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
     int64_t block = k0 / p.block_size, offset = k0 % p.block_size;
     for (int j = 0; j < n; ++j) {
       if (k0 + j + kPrefetchAhead < end) prefetch_key(p, table, k0 + j + kPrefetchAhead);
-      bases[j] = (table[block] * p.block_size + offset) * kv_heads * dim;
+      bases[j] = (table[block] * p.block_size + offset) * kv_heads * p.row;
       if (++offset == p.block_size) {
         offset = 0;
         ++block;
       }
     }
-    // Convert the chunk's K/V rows of every KV head to float. A token's KV heads sit side by side in the pool,
-    // so this reads each block front to back.
+    // Convert the chunk's K/V rows of every KV head to float (dequantizing the codes of an int8 / fp8 pool: the
+    // scale is a multiply, so a quantized pool costs no pass of its own). A token's KV heads sit side by side in
+    // the pool, so this reads each block front to back.
     if (convert_v || convert_k)
       for (int j = 0; j < n; ++j)
         for (int64_t h = 0; h < kv_heads; ++h) {
-          const cache_t* k = p.k_cache + bases[j] + h * dim;
-          const cache_t* v = p.v_cache + bases[j] + h * dim;
+          const cache_t* k = p.k_cache + bases[j] + h * p.row;
+          const cache_t* v = p.v_cache + bases[j] + h * p.row;
           float* vd = vbuf.data() + h * head_stride + j * dim;
           float* kd = kbuf.data() + h * head_stride;
-          if (convert_v)
-            for (int64_t d = 0; d < dim; ++d) vd[d] = to_float(v[d]);
+          if (convert_v) {
+            const float vs = row_scale(v, dim);
+            for (int64_t d = 0; d < dim; ++d) vd[d] = kQuantized<cache_t> ? to_float(v[d]) * vs : to_float(v[d]);
+          }
           if (!convert_k) continue;
+          const float ks = row_scale(k, dim);
           if (direct) {
-            for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = to_float(k[d]);
+            for (int64_t d = 0; d < dim; ++d) kd[j * dim + d] = kQuantized<cache_t> ? to_float(k[d]) * ks : to_float(k[d]);
           } else {
-            for (int64_t d = 0; d < dim; ++d) kd[d * kChunk + j] = to_float(k[d]);
+            for (int64_t d = 0; d < dim; ++d) kd[d * kChunk + j] = kQuantized<cache_t> ? to_float(k[d]) * ks : to_float(k[d]);
           }
         }
     if (!direct)
@@ -397,6 +403,65 @@ bool rows_contiguous(const at::Tensor& t) {
   return t.dim() == 3 && t.stride(2) == 1 && (t.size(1) == 1 || t.stride(1) == t.size(2));
 }
 
+// Quantize one row of D values into D codes and the row's float32 scale (max |x| / qmax; 1 for a row of zeros),
+// rounding as the torch reference (frame.interfaces.kv_dtype.quantize_rows) does: int8 to nearest even, fp8 by c10.
+template <typename code_t, typename value_t>
+void quantize_row(const value_t* x, int64_t dim, code_t* out) {
+  constexpr float qmax = std::is_same_v<code_t, int8_t> ? 127.0f : 448.0f;
+  float amax = 0.0f;
+  for (int64_t d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(to_float(x[d])));
+  float scale = amax / qmax;
+  if (!(scale > 0.0f)) scale = 1.0f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float scaled = to_float(x[d]) / scale;
+    if constexpr (std::is_same_v<code_t, int8_t>)
+      out[d] = static_cast<int8_t>(std::clamp(std::nearbyint(scaled), -qmax, qmax));
+    else
+      out[d] = c10::Float8_e4m3fn(scaled);
+  }
+  std::memcpy(reinterpret_cast<char*>(out + dim), &scale, sizeof scale);
+}
+
+// Quantize each new token's K and V rows ([tokens, kv_heads, D], a float dtype, rows contiguous) into its slot of
+// an int8 / fp8 pool ([blocks, block_size, kv_heads, D + 4]).
+void write_quantized_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                           const at::Tensor& slot_mapping) {
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot mapping must be int64");
+  TORCH_CHECK(key.scalar_type() == value.scalar_type(), "new K and V must share a dtype");
+  const at::Tensor kc = rows_contiguous(key) ? key : key.contiguous();
+  const at::Tensor vc = rows_contiguous(value) ? value : value.contiguous();
+  const at::Tensor slots = slot_mapping.contiguous();
+  const int64_t tokens = kc.size(0), kv_heads = kc.size(1), dim = kc.size(2), row = dim + kScaleBytes;
+  TORCH_CHECK(k_cache.size(-1) == row && k_cache.size(-2) == kv_heads, "a quantized cache's rows must be head_dim + 4");
+  const int64_t num_slots = k_cache.numel() / (kv_heads * row);
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  auto store = [&](auto* ks, auto* vs, auto* kd, auto* vd) {
+    const int64_t k_step = kc.stride(0), v_step = vc.stride(0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      TORCH_CHECK(sp[t] >= 0 && sp[t] < num_slots, "slot ", sp[t], " is outside the cache");
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        quantize_row(ks + t * k_step + h * dim, dim, kd + (sp[t] * kv_heads + h) * row);
+        quantize_row(vs + t * v_step + h * dim, dim, vd + (sp[t] * kv_heads + h) * row);
+      }
+    }
+  };
+  auto with_codes = [&](auto* ks, auto* vs) {
+    if (k_cache.scalar_type() == at::kChar)
+      return store(ks, vs, k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>());
+    return store(ks, vs, k_cache.data_ptr<c10::Float8_e4m3fn>(), v_cache.data_ptr<c10::Float8_e4m3fn>());
+  };
+  switch (kc.scalar_type()) {
+    case at::kFloat: return with_codes(kc.data_ptr<float>(), vc.data_ptr<float>());
+    case at::kBFloat16: return with_codes(kc.data_ptr<c10::BFloat16>(), vc.data_ptr<c10::BFloat16>());
+    case at::kHalf: return with_codes(kc.data_ptr<c10::Half>(), vc.data_ptr<c10::Half>());
+    default: TORCH_CHECK(false, "unsupported K/V dtype ", kc.scalar_type());
+  }
+}
+
+bool is_quantized(const at::Tensor& cache) {
+  return cache.scalar_type() == at::kChar || cache.scalar_type() == at::kFloat8_e4m3fn;
+}
+
 // Copy each new token's K and V rows ([tokens, kv_heads, D], the cache's dtype, rows contiguous) to its slot.
 void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                  const at::Tensor& slot_mapping) {
@@ -435,7 +500,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
   const at::Tensor tables = block_tables.contiguous();
   const at::Tensor starts = query_start_loc.contiguous();
   const at::Tensor lens = seq_lens.contiguous();
-  const int64_t kv_heads = k_cache.size(2), head_dim = k_cache.size(3), heads = query.size(1);
+  const int64_t kv_heads = k_cache.size(2), row = k_cache.size(3), heads = query.size(1);
+  const int64_t head_dim = is_quantized(k_cache) ? row - kScaleBytes : row;
   TORCH_CHECK(query.size(2) == head_dim && heads % kv_heads == 0, "query heads must group over the KV heads");
   const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), heads / kv_heads);
   auto run = [&](auto* k, auto* v, auto* q, auto* o) {
@@ -444,7 +510,7 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
                                 lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
                                 head_dim, static_cast<float>(scale), query.stride(0), lens.numel(), window,
-                                static_cast<float>(softcap)};
+                                static_cast<float>(softcap), row};
     dispatch_dim<cache_t, query_t>(p, items);
   };
   auto with_query = [&](auto* k, auto* v) {
@@ -459,8 +525,20 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     case at::kFloat: return with_query(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
     case at::kBFloat16: return with_query(k_cache.data_ptr<c10::BFloat16>(), v_cache.data_ptr<c10::BFloat16>());
     case at::kHalf: return with_query(k_cache.data_ptr<c10::Half>(), v_cache.data_ptr<c10::Half>());
+    case at::kChar: return with_query(k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>());
+    case at::kFloat8_e4m3fn:
+      return with_query(k_cache.data_ptr<c10::Float8_e4m3fn>(), v_cache.data_ptr<c10::Float8_e4m3fn>());
     default: TORCH_CHECK(false, "unsupported KV cache dtype ", k_cache.scalar_type());
   }
+}
+
+// Store the step's new K/V: copied into a float pool (already in its dtype), quantized into an int8 / fp8 one.
+void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+           const at::Tensor& slot_mapping) {
+  if (is_quantized(k_cache))
+    write_quantized_slots(key, value, k_cache, v_cache, slot_mapping);
+  else
+    write_slots(key, value, k_cache, v_cache, slot_mapping);
 }
 
 // What a layer calls: store the step's new K/V, then attend (one dispatch instead of several per layer).
@@ -468,7 +546,7 @@ void forward(at::Tensor& out, const at::Tensor& query, const at::Tensor& key, co
              at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
              const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale, int64_t window,
              double softcap) {
-  write_slots(key, value, k_cache, v_cache, slot_mapping);
+  write_kv(key, value, k_cache, v_cache, slot_mapping);
   attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale, window, softcap);
 }
 
@@ -480,9 +558,11 @@ TORCH_LIBRARY(frame_cpu_paged, m) {
   m.def("forward(Tensor(a!) out, Tensor query, Tensor key, Tensor value, Tensor(b!) k_cache, Tensor(c!) v_cache, "
         "Tensor slot_mapping, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale, int window, "
         "float softcap) -> ()");
+  m.def("write(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu_paged, CPU, m) {
   m.impl("attention", &attention);
   m.impl("forward", &forward);
+  m.impl("write", &write_kv);
 }
