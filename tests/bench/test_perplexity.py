@@ -3,6 +3,7 @@ chunks of the shipped text."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -44,3 +45,19 @@ def test_float32_perplexity_is_transformers(hf_reference, smol_source) -> None:
             nll, count = nll + part, count + scored
     assert (result.tokens, result.chunks) == (count, len(pieces))
     assert result.perplexity == pytest.approx(math.exp(nll / count), rel=1e-4)
+
+
+def test_kv_dtype_variants_score_side_by_side(tmp_path, capsys) -> None:
+    from frame.cli.main import main
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT.read_text()[:4000])
+    out = tmp_path / "ppl.json"
+    assert main(["bench", "perplexity", "--variant", "bfloat16", "--variant", "bfloat16@int8", "--n-ctx", "256",
+                 "--chunks", "2", "--text", str(text), "--json", str(out)]) == 0
+    assert "perplexity on text.txt" in capsys.readouterr().out
+    bf16, int8 = json.loads(out.read_text())
+    assert (bf16["label"], int8["label"]) == ("bfloat16", "bfloat16@int8")
+    assert (bf16["chunks"], int8["chunks"]) == (2, 2)
+    assert int8["kv_bytes_per_token"] / bf16["kv_bytes_per_token"] == pytest.approx(68 / 128)
+    assert int8["perplexity"] == pytest.approx(bf16["perplexity"], rel=0.02)  # 4,096-token numbers: performance.md

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,10 +91,10 @@ def test_no_enable_prefix_caching_reuses_nothing(hub_server) -> None:
 
 def test_the_startup_summary_names_what_runs(hub_server) -> None:
     log = hub_server.log_text()
-    block = log[log.index("frame is ready:"):].splitlines()[:13]
+    block = log[log.index("frame is ready:"):].splitlines()[:14]
     rows = {line.split("  ", 2)[1].strip(): line.split("  ", 2)[2].strip() for line in block[1:] if line.strip()}
     assert list(rows) == ["model", "dtype", "quantization", "platform", "ISA path", "attention", "cache", "scheduler",
-                          "ranks", "KV pool", "max concurrency", "decode graphs"]
+                          "ranks", "KV pool", "KV dtype", "max concurrency", "decode graphs"]
     assert rows["model"] == f"{HUB_ID} (family llama, max_model_len 1024)"
     assert rows["dtype"] == "float32"
     assert rows["quantization"] == "none (dense float32 weights)"
@@ -104,6 +105,7 @@ def test_the_startup_summary_names_what_runs(hub_server) -> None:
     assert rows["ranks"].startswith("1 engine core (mp, pid ") and rows["ranks"].endswith(
         "x 1 tensor-parallel rank; no router (one core)")
     assert rows["KV pool"].endswith("GiB, 8192 tokens (512 blocks) per core")
+    assert re.fullmatch(r"float32, \d+ bytes per token", rows["KV dtype"])
     assert rows["max concurrency"] == "8.00 requests of 1024 tokens at once"
     assert rows["decode graphs"] == "off (--enforce-eager / --no-cuda-graphs)"
 

@@ -61,7 +61,7 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
             return False, (f"runs on {', '.join(supported) or 'no platform'} only; this machine is "
                            f"{platform.describe()}; {kv}")
         why = hooks.attention_check(name, platform)
-        return why is None, f"{why or f'on {platform.name}'}; {kv}"
+        return why is None, why or f"on {platform.name}; {kv}"
     if kind == "model":
         architectures = hooks.model_architectures(name)
         if hooks.model_is_fallback(name):

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from frame.testing.attention import AttentionBackendSuite, make_batch, make_random_batch, reference_attention
+from frame.interfaces.kv_dtype import dequantize_rows
+from frame.testing.attention import (
+    AttentionBackendSuite,
+    make_batch,
+    make_random_batch,
+    quantized_kv,
+    quantized_tolerance,
+    reference_attention,
+)
 from frame_attention_cpu_paged import kernel
 from frame_attention_cpu_paged.backend import CpuPagedAttention
 
@@ -160,3 +168,19 @@ def test_strided_qkv_columns_give_the_contiguous_answer(dtype: torch.dtype) -> N
     expected = backend.forward(q, k, v, k_cache, v_cache, meta)
     assert torch.equal(got, expected)
     assert torch.equal(strided_caches[0], k_cache) and torch.equal(strided_caches[1], v_cache)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (8, 2, 128)])
+def test_quantized_prefills_with_bfloat16_queries(kv_dtype: torch.dtype, heads: int, kv_heads: int, dim: int) -> None:
+    # Long prefills (one after a cached context) with a decode beside them: on CPUs with AVX-512 BF16 such a step
+    # dequantizes the blocks it reads once and attends on the bfloat16 path; elsewhere the float path widens them.
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 70, 300], [250, 130, 1], 16, heads, kv_heads, dim, seed=5)
+    q, k, v = (t.bfloat16() for t in (q, k, v))
+    k_q, v_q, kc_q, vc_q = quantized_kv(k, v, k_cache, v_cache, kv_dtype)
+    out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16).forward(q, k, v, kc_q, vc_q, meta)
+    expected = reference_attention(q, k_q, v_q, dequantize_rows(kc_q, torch.float32),
+                                   dequantize_rows(vc_q, torch.float32), meta, 0.125)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    float_kv = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    torch.testing.assert_close(out.float(), float_kv.float(), **quantized_tolerance(kv_dtype, torch.bfloat16))

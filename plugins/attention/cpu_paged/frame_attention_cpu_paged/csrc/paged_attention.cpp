@@ -20,6 +20,7 @@
 #include "avx2_path.h"
 #include "bf16_path.h"
 
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -488,6 +489,77 @@ void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_c
 
 void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+               double scale, int64_t window, double softcap);
+
+// A step whose attention costs far more than reading its context once (a prefill: every key is read by every
+// query tile) over a quantized pool, with bfloat16 queries on a CPU with AVX-512 BF16: the blocks the step reads are
+// dequantized once into a bfloat16 scratch pool and attended by the bfloat16 path (AMX tiles where the CPU has
+// them), instead of being widened chunk by chunk on the float path for every tile. Decodes (each key read once)
+// stay on the float path, which reads the codes in place. Returns false when the step does not qualify.
+bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& tables, const at::Tensor& starts,
+                             const at::Tensor& lens, double scale, int64_t window, double softcap) {
+#if defined(__AVX512BF16__)
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2), row = k_cache.size(3);
+  const int64_t dim = row - kScaleBytes, seqs = lens.numel(), width = tables.size(1);
+  if (query.scalar_type() != at::kBFloat16 || dim % 32 != 0 || window > 0 || softcap > 0.0) return false;
+  const int32_t* sl = lens.data_ptr<int32_t>();
+  const int32_t* qs = starts.data_ptr<int32_t>();
+  const int32_t* tp = tables.data_ptr<int32_t>();
+  int64_t work = 0, context = 0;  // query x key pairs, and keys read
+  for (int64_t s = 0; s < seqs; ++s) {
+    work += static_cast<int64_t>(qs[s + 1] - qs[s]) * sl[s];
+    context += sl[s];
+  }
+  constexpr int64_t kMinReuse = 32;  // a key read by at least this many queries on average
+  if (work < kMinReuse * context) return false;
+  std::vector<int32_t> used;
+  for (int64_t s = 0; s < seqs; ++s)
+    used.insert(used.end(), tp + s * width, tp + s * width + (sl[s] + block_size - 1) / block_size);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  const auto n = static_cast<int64_t>(used.size());
+  const auto opts = k_cache.options().dtype(at::kBFloat16);
+  at::Tensor k = at::empty({n, block_size, kv_heads, dim}, opts);
+  at::Tensor v = at::empty({n, block_size, kv_heads, dim}, opts);
+  at::Tensor remapped = at::empty(tables.sizes(), tables.options());
+  int32_t* rp = remapped.data_ptr<int32_t>();
+  std::fill(rp, rp + remapped.numel(), 0);
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t b = 0; b < (sl[s] + block_size - 1) / block_size; ++b)
+      rp[s * width + b] = static_cast<int32_t>(std::lower_bound(used.begin(), used.end(), tp[s * width + b]) - used.begin());
+  auto widen = [&](auto* codes) {
+    using code_t = std::remove_pointer_t<decltype(codes)>;
+    const code_t* kc = reinterpret_cast<const code_t*>(k_cache.data_ptr());
+    const code_t* vc = reinterpret_cast<const code_t*>(v_cache.data_ptr());
+    auto* kd = k.data_ptr<c10::BFloat16>();
+    auto* vd = v.data_ptr<c10::BFloat16>();
+    const int64_t rows_per_block = block_size * kv_heads;
+    at::parallel_for(0, n * rows_per_block, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t src = used[r / rows_per_block] * rows_per_block + r % rows_per_block;
+        for (int kv = 0; kv < 2; ++kv) {
+          const code_t* from = (kv ? vc : kc) + src * row;
+          c10::BFloat16* to = (kv ? vd : kd) + r * dim;
+          const float sc = row_scale(from, dim);
+          for (int64_t d = 0; d < dim; ++d) to[d] = c10::BFloat16(to_float(from[d]) * sc);
+        }
+      }
+    });
+  };
+  if (k_cache.scalar_type() == at::kChar)
+    widen(static_cast<int8_t*>(nullptr));
+  else
+    widen(static_cast<c10::Float8_e4m3fn*>(nullptr));
+  attention(out, query, k, v, remapped, starts, lens, scale, window, softcap);
+  return true;
+#else
+  return false;
+#endif
+}
+
+void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
+               const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                double scale, int64_t window, double softcap) {
   TORCH_CHECK(window >= 0 && softcap >= 0.0, "window and softcap must not be negative (0: none)");
   TORCH_CHECK(query.scalar_type() == out.scalar_type(), "query and out must share a dtype");
@@ -502,6 +574,9 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
   const at::Tensor lens = seq_lens.contiguous();
   const int64_t kv_heads = k_cache.size(2), row = k_cache.size(3), heads = query.size(1);
   const int64_t head_dim = is_quantized(k_cache) ? row - kScaleBytes : row;
+  if (is_quantized(k_cache) &&
+      attend_through_bfloat16(out, query, k_cache, v_cache, tables, starts, lens, scale, window, softcap))
+    return;
   TORCH_CHECK(query.size(2) == head_dim && heads % kv_heads == 0, "query heads must group over the KV heads");
   const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), heads / kv_heads);
   auto run = [&](auto* k, auto* v, auto* q, auto* o) {
