@@ -28,6 +28,12 @@ def frame_attention_platforms() -> list[str]:
 
 
 @hookimpl
+def frame_attention_kv_dtypes() -> list[str]:
+    """The --kv-cache-dtype values it reads: the float ones, and int8 / fp8 rows (codes and a scale)."""
+    return ["float32", "bfloat16", "float16", "int8", "fp8"]
+
+
+@hookimpl
 def frame_attention_create(
     num_heads: int, num_kv_heads: int, head_dim: int, scale: float, dtype: torch.dtype, platform: Platform,
     options: BaseModel | None, sliding_window: int | None, logit_softcap: float | None,
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import torch
 from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.kv_dtype import read_rows, write_rows
 
 
 class {class_name}(AttentionBackend):
@@ -57,23 +64,23 @@ class {class_name}(AttentionBackend):
         self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        rows = slot_mapping.long()
-        k_cache.view(-1, self.num_kv_heads, self.head_dim)[rows] = key.to(k_cache.dtype)
-        v_cache.view(-1, self.num_kv_heads, self.head_dim)[rows] = value.to(v_cache.dtype)
+        write_rows(k_cache, slot_mapping, key)  # converted to the pool's dtype; quantized for an int8 / fp8 pool
+        write_rows(v_cache, slot_mapping, value)
 
     def attend(
         self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         out = torch.empty_like(query)
-        keys = k_cache.view(-1, self.num_kv_heads, self.head_dim)
-        values = v_cache.view(-1, self.num_kv_heads, self.head_dim)
+        keys = k_cache.view(-1, self.num_kv_heads, k_cache.shape[-1])  # head_dim, + 4 scale bytes when quantized
+        values = v_cache.view(-1, self.num_kv_heads, v_cache.shape[-1])
         group = self.num_heads // self.num_kv_heads
         first = 0
         for seq, (new, total) in enumerate(zip(meta.query_lens, meta.seq_lens_host, strict=True)):
             pos = torch.arange(total, device=query.device)
             slots = meta.block_tables[seq].long()[pos // meta.block_size] * meta.block_size + pos % meta.block_size
-            k = keys[slots].transpose(0, 1).float().repeat_interleave(group, dim=0)  # [heads, total, dim]
-            v = values[slots].transpose(0, 1).float().repeat_interleave(group, dim=0)
+            # [heads, total, dim], dequantized from an int8 / fp8 pool
+            k = read_rows(keys[slots], torch.float32).transpose(0, 1).repeat_interleave(group, dim=0)
+            v = read_rows(values[slots], torch.float32).transpose(0, 1).repeat_interleave(group, dim=0)
             q = query[first : first + new].transpose(0, 1).float()  # [heads, new, dim]
             scores = (q @ k.transpose(1, 2)) * self.scale
             if self.logit_softcap is not None:

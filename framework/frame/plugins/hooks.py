@@ -27,7 +27,6 @@ from pydantic import BaseModel
 from frame.errors import FrameUsageError, IncompatiblePluginError
 from frame.interfaces.cache import KVCacheStrategy
 from frame.interfaces.grammar import GrammarBackend
-from frame.interfaces.kv_dtype import FLOAT_KV_DTYPES
 from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.router import Router
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
@@ -124,6 +123,8 @@ class PluginHooks:
     def attention_kv_dtypes(self, name: str) -> list[str]:
         """The KV dtypes the backend declares (:data:`~frame.interfaces.kv_dtype.FLOAT_KV_DTYPES` when it declares
         none)."""
+        from frame.interfaces.kv_dtype import FLOAT_KV_DTYPES  # torch: never imported on the API process's side
+
         return list(self._probe("attention", name, "frame_attention_kv_dtypes", FLOAT_KV_DTYPES))
 
     def create_attention(
