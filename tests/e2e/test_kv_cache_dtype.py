@@ -70,3 +70,16 @@ def test_a_backend_without_the_kv_dtype_is_refused_in_one_sentence(monkeypatch, 
     assert capsys.readouterr().err.splitlines() == [
         "error: The attention backend 'triton' does not support --kv-cache-dtype int8 (it reads float32, bfloat16, "
         "float16); choose --attn cpu_paged or sdpa, or use --kv-cache-dtype auto."]
+
+
+@pytest.mark.parametrize("cache", ["hashchain", "radix"])
+def test_a_prefix_cache_hit_reads_the_quantized_kv_it_cached(cache: str) -> None:
+    # The second request reuses the first one's int8 blocks (radix: a partial block copied, scales with codes), so
+    # its greedy tokens are those of the first run.
+    llm = LLM(dtype="bfloat16", kv_cache_dtype="int8", cache=cache, max_model_len=512, num_kv_blocks=64)
+    prompt = "Explain, in three sentences, why the sky is blue and why sunsets look red or orange."
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    first, again = llm.generate(prompt, greedy)[0], llm.generate(prompt, greedy)[0]
+    llm.shutdown()
+    assert first.num_cached_tokens == 0 and again.num_cached_tokens >= 16
+    assert again.outputs[0].token_ids == first.outputs[0].token_ids

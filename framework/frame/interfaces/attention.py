@@ -2,8 +2,10 @@
 
 KV layout (fixed by the core, shared by every backend): for each layer one key and one value tensor of shape
 ``[num_blocks, block_size, num_kv_heads, head_dim]``; token slot ``s`` lives at block ``s // block_size``,
-offset ``s % block_size``. A step's batch is flat: ``num_tokens`` query tokens from ``num_seqs`` sequences,
-each sequence's new tokens contiguous and in order, prefills, prefill chunks and decodes mixed freely.
+offset ``s % block_size``. An int8 / fp8 pool (``--kv-cache-dtype``) has rows of ``head_dim + 4`` instead: the
+codes, then the row's float32 scale (:mod:`frame.interfaces.kv_dtype`). A step's batch is flat: ``num_tokens`` query
+tokens from ``num_seqs`` sequences, each sequence's new tokens contiguous and in order, prefills, prefill chunks and
+decodes mixed freely.
 
 What a layer needs is an :class:`AttentionSpec`, which the model family states per layer: heads, KV heads, head
 size, softmax scale, an optional sliding window and logit soft-cap, and whether the layer reads another layer's
