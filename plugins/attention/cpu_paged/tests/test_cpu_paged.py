@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from frame.interfaces.kv_dtype import dequantize_rows
+from frame.interfaces.kv_dtype import dequantize_rows, quantize_rows
 from frame.testing.attention import (
     AttentionBackendSuite,
+    build_metadata,
     make_batch,
     make_random_batch,
     quantized_kv,
@@ -184,3 +185,16 @@ def test_quantized_prefills_with_bfloat16_queries(kv_dtype: torch.dtype, heads: 
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
     float_kv = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(out.float(), float_kv.float(), **quantized_tolerance(kv_dtype, torch.bfloat16))
+
+
+def test_every_finite_fp8_code_is_read_exactly() -> None:
+    # One key per sequence, so each output row is its V row: the kernel's fp8 widening must give torch's value for
+    # each of the 254 finite e4m3 codes (subnormals included), times the row's scale.
+    codes = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)] + [0, 0], dtype=torch.uint8).view(4, 64)
+    v_cache = torch.empty(4, 16, 1, 64 + 4, dtype=torch.float8_e4m3fn)
+    v_cache.view(torch.uint8)[:, 0, 0, :64] = codes
+    v_cache[:, 0, 0, 64:] = torch.full((4, 1), 0.5).view(torch.float8_e4m3fn)  # each row's scale
+    k_cache = quantize_rows(torch.ones(4, 16, 1, 64), torch.float8_e4m3fn)
+    meta = build_metadata([0] * 4, [1] * 4, [[b] for b in range(4)], 16)
+    out = CpuPagedAttention(1, 1, 64, 0.125, torch.float32).attend(torch.randn(4, 1, 64), k_cache, v_cache, meta)
+    assert torch.equal(out[:, 0], codes.view(torch.float8_e4m3fn).float() * 0.5)

@@ -39,7 +39,7 @@ template <typename T>
 inline T from_float(float x) { return static_cast<T>(x); }  // c10::BFloat16 / c10::Half round to nearest even
 inline float to_float(c10::Half x) { return static_cast<float>(x); }
 inline float to_float(int8_t x) { return static_cast<float>(x); }
-inline float to_float(c10::Float8_e4m3fn x) { return fp8_table()[x.x]; }
+inline float to_float(c10::Float8_e4m3fn x) { return fp8_e4m3_to_float(x.x); }
 inline float to_float(c10::BFloat16 x) {
   uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float f;
