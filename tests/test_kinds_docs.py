@@ -7,18 +7,23 @@ new-plugin``'s kinds and ``frame plugins --kinds`` are each checked against it.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import re
 from pathlib import Path
 
-from frame.cli.main import main
+from frame.cli.main import build_parser, main
 from frame.config import OPTION_SECTIONS
 from frame.hookspecs.common import frame_plugin_options
 from frame.plugin_templates import TEMPLATES
 from frame.plugins.kinds import KINDS, hooks_of, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
 def _table(text: str, header: str) -> list[list[str]]:
@@ -75,7 +80,16 @@ def test_the_options_hook_docstring_names_every_options_section() -> None:
 
 
 def test_the_engine_configs_options_sections_are_the_tables() -> None:
-    assert {k.name: k.options_key for k in KINDS.values()} == OPTION_SECTIONS
+    assert {k.name: k.options_key for k in KINDS.values() if k.engine_config} == OPTION_SECTIONS
+
+
+def test_kinds_outside_the_engine_config_are_frame_bench_flags() -> None:
+    """A workload is chosen and sized by `frame bench`'s own flags, not by engine config keys."""
+    bench = _subcommands(_subcommands(build_parser())["bench"])
+    for kind in (k for k in KINDS.values() if not k.engine_config):
+        for name in ("throughput", "latency"):
+            flags = {option for action in bench[name]._actions for option in action.option_strings}
+            assert {f"--{kind.flag}", kind.options_flag} <= flags, (kind.name, name)
 
 
 def test_new_plugin_and_frame_plugins_read_the_table(capsys) -> None:

@@ -1,16 +1,24 @@
-"""Workloads are deterministic for a seed, have the promised sharing structure, and come through the hook."""
+"""Workloads are deterministic for a seed, have the promised sharing structure, and come through the registry and
+the hook like any plugin kind's; the built-ins pass the workload conformance suite."""
 
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import types
+from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
-from frame.errors import ConfigError
+from frame.cli.plugins_cmd import collect
+from frame.errors import ConfigError, IncompatiblePluginError
 from frame.hookspecs import hookimpl
+from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.version import API_VERSION
-from frame.workloads import Workload, WorkloadRequest, greedy, load_workloads
+from frame.testing.registration import plugin_module, register_source_tree, registered
+from frame.testing.workload import WorkloadConformance
+from frame.workloads import Workload, WorkloadRequest, builtin, greedy, load_workloads
 
 BUILT_INS = ["shared_prefix", "multi_turn", "few_shot", "branching", "no_sharing", "mixed_batch", "single_stream",
              "copy_edit"]
@@ -104,32 +112,136 @@ def test_unknown_parameter_is_a_usage_error_naming_the_valid_ones(catalog, token
         catalog.get("nope")
 
 
-def _plugin(name: str) -> types.ModuleType:
-    module = types.ModuleType(f"test_workload_plugin_{name}")
-    module.FRAME_API_VERSION = API_VERSION
-
+def _plugin(name: str, hook: str = "frame_workload_list") -> types.ModuleType:
     def build(ctx, params):  # type: ignore[no-untyped-def]
         return [WorkloadRequest(tuple(ctx.tokens(params["n"])), greedy(1))]
 
-    @hookimpl
-    def frame_workloads() -> list[Workload]:
-        return [Workload(name, "test workload", {"n": 4}, build)]
+    def offer() -> list[Workload]:
+        return [Workload(name, "test workload", {"n": 4}, build, {"n": "prompt tokens"})]
 
-    module.frame_workloads = frame_workloads
-    return module
+    offer.__name__ = hook
+    return plugin_module(f"test_workload_plugin_{name}", **{hook: hookimpl(offer)})
 
 
 def test_built_ins_and_a_plugin_answer_the_same_hook(tokenizer) -> None:
     registry = PluginRegistry(allow=frozenset())
-    registry.pm.register(_plugin("from_a_plugin"), name="workload:test")
-    catalog = load_workloads(registry)
-    assert registry.pm.has_plugin("workload:builtin")
-    assert set(catalog.workloads) == {*BUILT_INS, "from_a_plugin"}
-    assert len(catalog.get("from_a_plugin").generate(tokenizer, 0, n=7)[0].prompt_token_ids) == 7
+    with registered(registry, "workload", "test", _plugin("from_a_plugin")):
+        catalog = load_workloads(registry)
+        assert registry.is_loaded("workload", "builtin")
+        assert set(catalog.workloads) == {*BUILT_INS, "from_a_plugin"}
+        assert catalog.providers["from_a_plugin"] == "workload:test"
+        assert catalog.providers["shared_prefix"] == "workload:builtin"
+        assert len(catalog.get("from_a_plugin").generate(tokenizer, 0, n=7)[0].prompt_token_ids) == 7
 
 
-def test_two_plugins_offering_one_name_is_a_usage_error() -> None:
+def test_an_old_style_plugin_with_the_deprecated_hook_still_works(tokenizer) -> None:
+    """``frame_workloads`` (the hook's name before workloads became a kind) still counts, with a FutureWarning."""
     registry = PluginRegistry(allow=frozenset())
-    registry.pm.register(_plugin("shared_prefix"), name="workload:clash")
-    with pytest.raises(ConfigError, match="Two plugins offer a workload named 'shared_prefix'"):
+    with pytest.warns(FutureWarning, match="frame_workloads is deprecated: rename the hook to frame_workload_list"):
+        registry.register("workload", "old", _plugin("old_style", hook="frame_workloads"))
+    try:
+        catalog = load_workloads(registry)
+        assert catalog.providers["old_style"] == "workload:old" and not catalog.failures
+        assert len(catalog.get("old_style").generate(tokenizer, 0)[0].prompt_token_ids) == 4
+        assert [w.name for w in PluginHooks(registry).workload_list("old")] == ["old_style"]
+    finally:
+        registry.unregister("workload", "old")
+
+
+def test_a_plugin_without_either_hook_is_refused() -> None:
+    with pytest.raises(IncompatiblePluginError, match="does not implement frame_workload_list, which every workload"):
+        PluginRegistry(allow=frozenset()).register("workload", "empty", plugin_module("empty_workloads"))
+
+
+def test_two_plugins_offering_one_name_is_a_usage_error_naming_both() -> None:
+    registry = PluginRegistry(allow=frozenset())
+    with registered(registry, "workload", "clash", _plugin("shared_prefix")), pytest.raises(
+            ConfigError, match=r"Two plugins offer a workload named 'shared_prefix' \(workload:builtin and "
+                               r"workload:clash\); uninstall one of them\."):
         load_workloads(registry)
+
+
+def test_a_workload_plugin_that_fails_to_load_is_reported_not_fatal(tmp_path: Path) -> None:
+    """A source tree whose entry point fails to import: the built-ins still come, the failure names the plugin."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "frame-workload-broken"\nversion = "0.1"\n'
+        '[project.entry-points."frame.workloads"]\nbroken = "frame_workload_broken_mod"\n')
+    (tmp_path / "frame_workload_broken_mod.py").write_text("raise ImportError('no such dependency: ragdata')\n")
+    undo = register_source_tree(tmp_path)
+    try:
+        catalog = load_workloads(PluginRegistry(allow=None, disable=frozenset()))
+    finally:
+        undo()
+    assert set(BUILT_INS) <= set(catalog.workloads)
+    assert "failed to import (ImportError: no such dependency: ragdata)" in catalog.failures["broken"]
+
+
+def test_a_hook_that_raises_or_answers_garbage_is_left_out(caplog) -> None:
+    def boom() -> list[Workload]:
+        raise RuntimeError("dataset missing")
+
+    def garbage() -> list[Workload]:
+        return "not a list"  # type: ignore[return-value]
+
+    registry = PluginRegistry(allow=frozenset())
+    with registered(registry, "workload", "boom", plugin_module("boom", frame_workload_list=hookimpl(boom))), \
+            registered(registry, "workload", "junk", plugin_module("junk", frame_workload_list=hookimpl(garbage))):
+        catalog = load_workloads(registry)
+    assert set(catalog.workloads) == set(BUILT_INS)
+    assert "raised in frame_workload_list (RuntimeError: dataset missing)" in caplog.text
+    assert catalog.failures == {"workload:junk": "The plugin 'workload:junk' answered its workload hook with str, not "
+                                "a list of frame.interfaces.workload.Workload; its workloads are left out."}
+
+
+def test_frame_plugins_lists_the_workload_plugins_and_what_they_offer() -> None:
+    registry = PluginRegistry(allow=frozenset({"workload:builtin", "workload:test"}))
+    with registered(registry, "workload", "test", _plugin("from_a_plugin")):
+        rows = {r.name: r for r in collect(registry) if r.kind == "workload"}
+    assert rows["builtin"].runs_here and rows["builtin"].why == ", ".join(BUILT_INS)
+    assert (rows["test"].runs_here, rows["test"].why, rows["test"].wheel) == (True, "from_a_plugin", "(in-process)")
+
+
+BAD_PLUGIN = """
+import random
+
+import pytest
+from frame.hookspecs import hookimpl
+from frame.interfaces.workload import Workload, WorkloadRequest, greedy
+from frame.testing.workload import WorkloadConformance
+
+FRAME_API_VERSION = 2
+
+
+def build(ctx, p):  # the module's random, not ctx.rng; a prompt longer than the context
+    return [WorkloadRequest(tuple(random.choices(ctx.vocab, k=p["prompt_len"])), greedy(p["max_tokens"]))]
+
+
+@hookimpl
+def frame_workload_list():
+    return [Workload("sloppy", "draws from the wrong RNG", {"prompt_len": 3000, "max_tokens": 4}, build,
+                     {"max_tokens": "new tokens"})]
+
+
+class TestSloppy(WorkloadConformance):
+    plugin_module = __import__(__name__)
+    plugin_name = "sloppy"
+"""
+
+
+def test_the_suite_fails_a_sloppy_workload_where_it_is_sloppy(tmp_path: Path) -> None:
+    """The suite is not a formality: a workload drawing from the global RNG, with an undocumented parameter and a
+    prompt past the context, fails exactly those checks (and passes the others)."""
+    (tmp_path / "test_sloppy.py").write_text(BAD_PLUGIN)
+    report = tmp_path / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                    f"--junitxml={report}", "test_sloppy.py"], cwd=tmp_path, capture_output=True, timeout=300)
+    failed = sorted(c.get("name") for c in ElementTree.parse(report).iter("testcase") if c.find("failure") is not None)
+    assert failed == ["test_every_default_is_documented", "test_requests_fit_the_context_and_use_the_tokenizers_ids",
+                      "test_the_same_seed_gives_the_same_requests"]
+
+
+class TestBuiltInWorkloads(WorkloadConformance):
+    """The core's own workloads pass the suite every workload plugin runs."""
+
+    plugin_module = builtin
+    plugin_name = "builtin"

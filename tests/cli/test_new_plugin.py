@@ -61,7 +61,7 @@ def test_readme_gives_the_isolated_commands(kind: str, tmp_path: Path) -> None:
     assert "--model-family" not in readme and "model-family" not in readme
     if KINDS[kind].flag:
         assert f"--{KINDS[kind].flag} demo" in readme
-        if kind != "tool_parser":  # the API server's option, not the engine's
+        if KINDS[kind].scope == "engine":  # not the API server's option (tool_parser) nor frame bench's (workload)
             assert f'LLM({KINDS[kind].param}="demo")' in readme
 
 

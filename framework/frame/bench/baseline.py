@@ -17,8 +17,8 @@ from transformers import AutoModelForCausalLM, StoppingCriteria, StoppingCriteri
 
 from frame.bench.hf_export import export_folder
 from frame.bench.metrics import RequestTiming
+from frame.interfaces.workload import WorkloadRequest
 from frame.model_source import ModelSource
-from frame.workloads.base import WorkloadRequest
 
 
 class _FirstTokenClock(StoppingCriteria):

@@ -23,9 +23,9 @@ from rich.table import Table
 from frame.bench.worker import encode_requests
 from frame.config import EngineConfig
 from frame.errors import FrameUsageError
+from frame.interfaces.workload import WorkloadRequest
 from frame.model_source import ModelSource
 from frame.workloads import load_workloads
-from frame.workloads.base import WorkloadRequest
 
 #: (metric key, column title, format, higher is better)
 COLUMNS = [

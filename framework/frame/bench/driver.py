@@ -13,7 +13,7 @@ from frame.bench.metrics import RequestTiming, summarize
 from frame.engine.client.sync import DataParallelEngine
 from frame.engine.core.engine_core import EngineCore
 from frame.engine.wire.requests import EngineRequest, EngineStats
-from frame.workloads.base import WorkloadRequest, greedy
+from frame.interfaces.workload import WorkloadRequest, greedy
 
 #: What the driver steps: one engine core in this process, or data-parallel cores behind the same calls.
 Engine = EngineCore | DataParallelEngine

@@ -34,9 +34,9 @@ from frame.bench.shared_model import LoadedModels, SharedModelEngine
 from frame.config import EngineConfig, build_config, config_error, load_yaml
 from frame.engine.client.sync import DataParallelEngine
 from frame.engine.core.engine_core import EngineCore
+from frame.interfaces.workload import WorkloadRequest
 from frame.model_source import ModelSource
 from frame.workloads import WorkloadCatalog, load_workloads
-from frame.workloads.base import WorkloadRequest
 
 
 class WorkloadSpec(BaseModel):

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from frame.bench.metrics import peak_rss_mib, summarize
+from frame.interfaces.workload import WorkloadRequest, greedy
 from frame.sampling_params import SamplingParams
-from frame.workloads.base import WorkloadRequest, greedy
 
 
 def encode_requests(requests: list[WorkloadRequest]) -> list[dict[str, Any]]:

@@ -64,9 +64,8 @@ A frame {kind} plugin: say here what it does and why one would choose it.
 ## Its contract
 
 A {title} is found through the entry-point group `{group}` (see `pyproject.toml`); its object subclasses
-`{base}` from `{interface}`, and `tests/test_conformance.py` subclasses `{suite}`. Options it declares with a
-`frame_plugin_options` model are given as `{options_key}` in a config file or `{options_flag} KEY=VALUE` on the
-command line. `frame plugins --kinds` lists every kind.
+`{base}` from `{interface}`, and `tests/test_conformance.py` subclasses `{suite}`. {options} `frame plugins
+--kinds` lists every kind.
 
 ## Test it, before installing it
 
@@ -145,6 +144,10 @@ def write_skeleton(kind: str, name: str, root: Path) -> Path:
               "test_requires": " ".join(("frame-engine", "pytest", *template.test_requires))}
     values["select"] = template.select.format(**values)
     values["runs"] = template.runs
+    options = template.options or ("Options it declares with a `frame_plugin_options` model are given as "
+                                   "`{options_key}` in a config file or `{options_flag} KEY=VALUE` on the command "
+                                   "line.")
+    values["options"] = options.format(**values)
     files = {
         "pyproject.toml": PYPROJECT,
         "README.md": README,

@@ -80,6 +80,8 @@ def _ask(hooks: PluginHooks, kind: str, name: str, platform: Platform | None) ->
             return f"{fmt}: {paths.get(fmt, 'dequantised reference')} on {where}{kernels}"
 
         return True, "; ".join(served(f) for f in method.formats)
+    if kind == "workload":
+        return True, ", ".join(w.name for w in hooks.workload_list(name)) or "offers no workload"
     return True, ""
 
 
@@ -87,8 +89,10 @@ def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
     """The status of every installed plugin (loading each; a plugin that fails to load or raises in a hook is
     reported in its own row, never raised)."""
     from frame.engine.selection import select_platform  # imports torch: only when the table is made
+    from frame.workloads import register_builtin
 
     hooks = PluginHooks(registry or PluginRegistry())
+    register_builtin(hooks.registry)  # the core's own workloads are a plugin too, listed as in-process
     platform = None
     try:
         name = select_platform(hooks, "auto")

@@ -18,7 +18,9 @@ def frame_plugin_options() -> type[BaseModel] | None:
     ``speculative_options`` (``--speculative-opt``), ``grammar_options`` (``--grammar-opt``),
     ``tool_parser_options`` (``--tool-parser-opt``, a ``frame serve`` setting), ``router_options``
     (``--router-opt``) and ``quantization_options`` (``--quantization-opt``); the kinds table in
-    docs/plugins.md lists them. A key the model does not declare is a config error naming the valid ones, whatever
-    the model's own ``extra`` setting. The validated instance is passed to the plugin's ``create`` hook as
+    docs/plugins.md lists them. Workload plugins take no options model: each workload's own parameters are its
+    options, ``params`` (``--workload-opt``, a ``frame bench`` setting) of its entry in an experiment file. A key
+    the model does not declare is a config error naming the valid ones, whatever the model's own ``extra``
+    setting. The validated instance is passed to the plugin's ``create`` hook as
     ``options``. Since API 1.
     """

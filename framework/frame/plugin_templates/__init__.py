@@ -16,6 +16,7 @@ from frame.plugin_templates.kind import KindTemplate
 from frame.plugin_templates.quantization import QUANTIZATION
 from frame.plugin_templates.routing import ROUTER
 from frame.plugin_templates.tensors import ATTENTION, MODEL, PLATFORM
+from frame.plugin_templates.workload import WORKLOAD
 
 TEMPLATES: dict[str, KindTemplate] = {
     "scheduler": SCHEDULER,
@@ -28,7 +29,8 @@ TEMPLATES: dict[str, KindTemplate] = {
     "tool_parser": TOOL_PARSER,
     "router": ROUTER,
     "quantization": QUANTIZATION,
+    "workload": WORKLOAD,
 }
 
 __all__ = ["ATTENTION", "CACHE", "GRAMMAR", "MODEL", "PLATFORM", "PROPOSER", "QUANTIZATION", "ROUTER", "SCHEDULER",
-           "TEMPLATES", "TOOL_PARSER", "KindTemplate"]
+           "TEMPLATES", "TOOL_PARSER", "WORKLOAD", "KindTemplate"]

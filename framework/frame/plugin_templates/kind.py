@@ -20,3 +20,6 @@ class KindTemplate:
     select: str
     #: Where the plugin runs, one Markdown paragraph.
     runs: str
+    #: How users give the plugin's options, one Markdown sentence (default: its ``frame_plugin_options`` model's
+    #: config section and flag).
+    options: str = ""

@@ -9,7 +9,7 @@ once (``frame plugins``, auto-selection) without answering each other's calls. E
   one sentence naming its wheel and the hook;
 - ``frame_attention_check`` (it needs the platform, so it is asked here) turns an exception into the reason the
   backend cannot run, naming the hook and where the plugin comes from;
-- broadcast hooks (lifecycle, workloads) call each implementer on its own: one that raises is logged once and
+- broadcast hooks (lifecycle, workload lists) call each implementer on its own: one that raises is logged once and
   left out, the others carry on.
 
 A selected plugin's own hooks (options, create) raise as they are: their errors are the plugin's contract (a
@@ -43,10 +43,7 @@ if TYPE_CHECKING:
     from frame.interfaces.model import CausalLM
     from frame.interfaces.platform import Platform
     from frame.interfaces.quantization import QuantizationMethod
-
-
-if TYPE_CHECKING:
-    from frame.workloads.base import Workload
+    from frame.interfaces.workload import Workload
 
 log = logging.getLogger("frame.plugins")
 
@@ -76,10 +73,14 @@ class PluginHooks:
 
     def _broadcast(self, hook: str, **kwargs: Any) -> list[Any]:
         """Every implementer's answer, first registered first; one that raises is logged (once) and skipped."""
+        return [answer for _, answer in self._answers(hook, **kwargs)]
+
+    def _answers(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """``(plugin, answer)`` of every implementer, as :meth:`_broadcast` isolates them."""
         answers = []
         for plugin_name in implementers(self.registry.pm, hook):
             try:
-                answers.extend(call_one(self.registry.pm, plugin_name, hook, **kwargs))
+                answers.extend((plugin_name, a) for a in call_one(self.registry.pm, plugin_name, hook, **kwargs))
             except Exception as err:
                 self._trace(err, f"{plugin_name} {hook}")
                 if (plugin_name, hook) not in self._warned:
@@ -205,6 +206,18 @@ class PluginHooks:
         )
 
     # -- workloads (broadcast) --------------------------------------------------------------------------
-    def workloads(self) -> list[Workload]:
-        """Every registered plugin's ``frame_workloads`` answer, concatenated (first registered first)."""
-        return [w for answer in self._broadcast("frame_workloads") for w in answer]
+    def workload_list(self, name: str) -> list[Workload]:
+        """The workloads one workload plugin offers (through the deprecated ``frame_workloads`` when it has only
+        that)."""
+        self.registry.load("workload", name)
+        hook = "frame_workload_list"
+        if f"workload:{name}" not in implementers(self.registry.pm, hook):
+            hook = "frame_workloads"
+        return list(self._call("workload", name, hook, default=[]))
+
+    def workloads(self) -> list[tuple[str, Any]]:
+        """``(plugin, answer)`` for every registered plugin's ``frame_workload_list`` (first registered first), then
+        for the plugins that implement only the deprecated ``frame_workloads``; the catalog checks the answers."""
+        current = set(implementers(self.registry.pm, "frame_workload_list"))
+        return [*self._answers("frame_workload_list"),
+                *((p, a) for p, a in self._answers("frame_workloads") if p not in current)]

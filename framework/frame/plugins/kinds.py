@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from frame.hookspecs import (
     attention,
@@ -35,7 +36,10 @@ class PluginKind:
     every installed plugin of the kind (``frame plugins``, ``auto`` choices, architecture lookup): they are asked
     first when the plugin loads, and a plugin that raises in one is marked broken (unable to run, never fatal).
     ``options_key`` is the config section of the selected plugin's own options (``frame_plugin_options``);
-    ``server`` says that the setting belongs to ``frame serve`` (the API server), not to the engine config.
+    ``scope`` says which command's setting selects the kind: ``engine`` (the engine config: ``frame generate``,
+    ``frame serve``, ``LLM``), ``serve`` (the API server only) or ``bench`` (``frame bench`` and experiment files:
+    a workload is selected by its own name and sized by its parameters, not an options model).
+    ``deprecated_hooks`` are older names of ``required_hook`` that still count as it.
     """
 
     name: str
@@ -53,7 +57,10 @@ class PluginKind:
     #: The conformance suite a plugin of the kind subclasses in its tests, ``module:Class``.
     suite: str = ""
     options_key: str = ""
-    server: bool = False
+    scope: str = "engine"
+    #: The flag of the options when it is not derived from ``options_key`` (a workload's ``--workload-opt``).
+    options_cli: str = ""
+    deprecated_hooks: tuple[str, ...] = ()
 
     @property
     def param(self) -> str:
@@ -63,7 +70,12 @@ class PluginKind:
     @property
     def options_flag(self) -> str:
         """The command-line spelling of the options section: ``--cache-opt KEY=VALUE``."""
-        return "--" + self.options_key.removesuffix("_options").replace("_", "-") + "-opt"
+        return self.options_cli or "--" + self.options_key.removesuffix("_options").replace("_", "-") + "-opt"
+
+    @property
+    def engine_config(self) -> bool:
+        """Whether the kind's selection and options are engine config keys (``frame.config.OPTION_SECTIONS``)."""
+        return self.scope != "bench"
 
     @property
     def how_to_choose(self) -> str:
@@ -72,9 +84,10 @@ class PluginKind:
 
 
 def _kind(name: str, title: str, flag: str | None, group: str, plural: str, specs: ModuleType, base: str,
-          suite: str, options_key: str, probes: tuple[str, ...] = (), server: bool = False) -> PluginKind:
-    return PluginKind(name, flag, group, plural, specs, f"frame_{name}_create", probes, title,
-                      f"frame.interfaces.{name}", base, suite, options_key, server)
+          suite: str, options_key: str, probes: tuple[str, ...] = (), scope: str = "engine",
+          verb: str = "create", **more: Any) -> PluginKind:
+    return PluginKind(name, flag, group, plural, specs, f"frame_{name}_{verb}", probes, title,
+                      f"frame.interfaces.{name}", base, suite, options_key, scope, **more)
 
 
 KINDS: dict[str, PluginKind] = {
@@ -98,17 +111,20 @@ KINDS: dict[str, PluginKind] = {
         _kind("grammar", "grammar backend", "grammar-backend", "frame.grammars", "grammars", grammar,
               "GrammarBackend", "frame.testing.grammar:GrammarConformance", "grammar_options"),
         _kind("tool_parser", "tool-call parser", "tool-parser", "frame.tool_parsers", "tool parsers", tool_parser,
-              "ToolParser", "frame.testing.tool_parser:ToolParserConformance", "tool_parser_options", server=True),
+              "ToolParser", "frame.testing.tool_parser:ToolParserConformance", "tool_parser_options", scope="serve"),
         _kind("router", "data-parallel router", "router", "frame.routers", "routers", router, "Router",
               "frame.testing.router:RouterConformance", "router_options"),
         _kind("quantization", "quantization method", "quantization", "frame.quantization", "quantization methods",
               quantization, "QuantizationMethod", "frame.testing.quantization:QuantizationConformance",
               "quantization_options"),
+        _kind("workload", "benchmark workload", "workload", "frame.workloads", "workloads", workload, "Workload",
+              "frame.testing.workload:WorkloadConformance", "params", scope="bench", verb="list",
+              options_cli="--workload-opt", deprecated_hooks=("frame_workloads",)),
     )
 }
 
 #: Hookspec modules that are not tied to one kind.
-SHARED_SPECS: tuple[ModuleType, ...] = (common, lifecycle, workload)
+SHARED_SPECS: tuple[ModuleType, ...] = (common, lifecycle)
 
 
 def hooks_of(kind: PluginKind) -> list[str]:
@@ -121,8 +137,8 @@ def markdown_table() -> str:
     rows = ["| kind | entry-point group | selected by | options (config key, flag) | interface | conformance suite "
             "| probing hooks |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for k in KINDS.values():
-        selected = f"`--{k.flag}` (`{k.param}`{', serve only' if k.server else ''})" if k.flag else \
-            "the checkpoint's `architectures`"
+        only = {"engine": "", "serve": ", serve only", "bench": ", bench only: a workload's name"}[k.scope]
+        selected = f"`--{k.flag}` (`{k.param}`{only})" if k.flag else "the checkpoint's `architectures`"
         probes = ", ".join(f"`{p}`" for p in k.probes) or "none"
         rows.append(f"| `{k.name}` ({k.title}) | `{k.group}` | {selected} | `{k.options_key}`, `{k.options_flag}` "
                     f"| `{k.interface}.{k.base}` | `{k.suite.replace(':', '.')}` | {probes} |")

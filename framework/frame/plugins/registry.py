@@ -366,7 +366,8 @@ class PluginRegistry:
             self.pm.check_pending()
         except (pluggy.PluginValidationError, ValueError) as err:
             raise refuse(f"does not match frame's hookspecs ({describe(err)})") from err
-        if plugin_name not in implementers(self.pm, spec.required_hook):
+        required = (spec.required_hook, *spec.deprecated_hooks)  # an older name still counts
+        if not any(plugin_name in implementers(self.pm, hook) for hook in required):
             raise refuse(missing_hook_problem(module, spec.required_hook, kind))
         self._loaded[(kind, name)] = module
         if info.distribution is None:

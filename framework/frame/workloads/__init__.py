@@ -1,52 +1,35 @@
 """Benchmark workloads and their catalog.
 
-The catalog asks every plugin through the ``frame_workloads`` hook. The built-ins answer it from the in-process
-plugin module :mod:`frame.workloads.builtin`; plugins in the entry-point group ``frame.workloads`` are registered
-the same way. A workload plugin that fails to load is reported in ``WorkloadCatalog.failures``, never fatal.
+Workloads are a plugin kind (``workload``, entry-point group ``frame.workloads``, hook ``frame_workload_list``).
+The built-ins answer the hook from the in-process plugin module :mod:`frame.workloads.builtin`, registered as
+``workload:builtin``; every other workload plugin loads through the :class:`~frame.plugins.registry.PluginRegistry`
+like a plugin of any kind. A workload plugin that fails to load, or whose hook raises or answers something other
+than a list of workloads, is reported in :attr:`WorkloadCatalog.failures` and logged, never fatal; two workloads of
+one name, or an unknown name, are usage errors.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from types import ModuleType
-
-import pluggy
-import stevedore
 
 from frame.errors import ConfigError
+from frame.interfaces.workload import Workload, WorkloadContext, WorkloadRequest, greedy
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
-from frame.version import SUPPORTED_API_VERSIONS
 from frame.workloads import builtin
-from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest, greedy
 
 log = logging.getLogger("frame.workloads")
-
-#: Entry-point group of wheels that only add workloads.
-WORKLOAD_GROUP = "frame.workloads"
-
-
-def _register(registry: PluginRegistry, name: str, module: ModuleType) -> None:
-    plugin_name = f"workload:{name}"
-    if registry.pm.has_plugin(plugin_name):
-        return
-    if getattr(module, "FRAME_API_VERSION", None) not in SUPPORTED_API_VERSIONS:
-        raise ValueError(f"declares FRAME_API_VERSION {getattr(module, 'FRAME_API_VERSION', None)!r}")
-    registry.pm.register(module, name=plugin_name)
-    try:
-        registry.pm.check_pending()
-    except pluggy.PluginValidationError:
-        registry.pm.unregister(module)
-        raise
 
 
 @dataclass
 class WorkloadCatalog:
-    """The workloads every registered plugin offers, by name."""
+    """The workloads every registered plugin offers, by name; ``failures``: plugin name -> why it was skipped."""
 
     workloads: dict[str, Workload]
     failures: dict[str, str] = field(default_factory=dict)
+    #: workload name -> the plugin that offers it (``workload:builtin`` for the core's own).
+    providers: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> Workload:
         try:
@@ -56,30 +39,36 @@ class WorkloadCatalog:
                               param="workload") from None
 
 
+def register_builtin(registry: PluginRegistry) -> None:
+    """Register the core's own workloads as the in-process plugin ``workload:builtin`` (once per registry)."""
+    if not registry.is_loaded("workload", "builtin"):
+        registry.register("workload", "builtin", builtin)
+
+
 def load_workloads(registry: PluginRegistry | None = None) -> WorkloadCatalog:
-    """Register the built-ins and the ``frame.workloads`` entry points, then collect every hook answer."""
+    """Register the built-ins, load every enabled workload plugin, then collect every plugin's workloads."""
     registry = registry or PluginRegistry()
-    failures: dict[str, str] = {}
-    _register(registry, "builtin", builtin)
-    errors: list[tuple[str, BaseException]] = []
-    manager = stevedore.ExtensionManager(
-        WORKLOAD_GROUP, on_load_failure_callback=lambda _m, ep, err: errors.append((ep.name, err))
-    )
-    for ext in manager:
-        try:
-            _register(registry, ext.name, ext.plugin)
-        except (ValueError, pluggy.PluginValidationError) as err:
-            errors.append((ext.name, err))
-    for name, err in errors:
-        failures[name] = f"workload plugin '{name}' was skipped ({type(err).__name__}: {err})"
-        log.warning(failures[name])
+    register_builtin(registry)
+    registry.load_all("workload")
+    failures = {name: message for (kind, name), message in registry.failures.items() if kind == "workload"}
     found: dict[str, Workload] = {}
-    for workload in PluginHooks(registry).workloads():
-        if workload.name in found:
-            raise ConfigError(f"Two plugins offer a workload named '{workload.name}'; uninstall one of them.",
-                              param="workload")
-        found[workload.name] = workload
-    return WorkloadCatalog(found, failures)
+    providers: dict[str, str] = {}
+    for plugin, answer in PluginHooks(registry).workloads():
+        if not isinstance(answer, (list, tuple)) or not all(isinstance(w, Workload) for w in answer):
+            failures[plugin] = (f"The plugin '{plugin}' answered its workload hook with {type(answer).__name__}, "
+                                "not a list of frame.interfaces.workload.Workload; its workloads are left out.")
+            continue
+        for workload in answer:
+            if workload.name in found:
+                both = " and ".join(sorted((providers[workload.name], plugin)))
+                raise ConfigError(f"Two plugins offer a workload named '{workload.name}' ({both}); uninstall one of "
+                                  "them.", param="workload")
+            found[workload.name] = workload
+            providers[workload.name] = plugin
+    for message in failures.values():
+        log.warning(message)
+    return WorkloadCatalog(found, failures, providers)
 
 
-__all__ = ["Workload", "WorkloadCatalog", "WorkloadContext", "WorkloadRequest", "greedy", "load_workloads"]
+__all__ = ["Workload", "WorkloadCatalog", "WorkloadContext", "WorkloadRequest", "greedy", "load_workloads",
+           "register_builtin"]

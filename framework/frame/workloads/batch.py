@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest, greedy
+from frame.interfaces.workload import Workload, WorkloadContext, WorkloadRequest, greedy
 
 
 def _chat_prompt(ctx: WorkloadContext, length: int) -> tuple[int, ...]:
@@ -22,9 +22,14 @@ def _single_stream(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequ
     return [WorkloadRequest(_chat_prompt(ctx, ctx.length(p["prompt_len"])), greedy(p["max_tokens"]))]
 
 
+_PROMPT_LEN = "tokens of each prompt, chat template included (a length or [lo, hi])"
+_MAX_TOKENS = "new tokens per request (greedy, ignore_eos)"
+
 BATCH_WORKLOADS = [
     Workload("mixed_batch", "chat prompts of mixed lengths, all at once, fixed output length (issue #6)",
-             {"num_requests": 64, "prompt_len": [50, 400], "max_tokens": 128}, _mixed_batch),
+             {"num_requests": 64, "prompt_len": [50, 400], "max_tokens": 128}, _mixed_batch,
+             {"num_requests": "how many requests", "prompt_len": _PROMPT_LEN, "max_tokens": _MAX_TOKENS}),
     Workload("single_stream", "one chat request streaming a long answer (latency)",
-             {"prompt_len": 32, "max_tokens": 256}, _single_stream),
+             {"prompt_len": 32, "max_tokens": 256}, _single_stream,
+             {"prompt_len": _PROMPT_LEN, "max_tokens": _MAX_TOKENS}),
 ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from frame.interfaces.workload import Workload, WorkloadContext, WorkloadRequest
 from frame.sampling_params import SamplingParams
-from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest
 
 PASSAGES = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of "
@@ -51,5 +51,8 @@ def _copy_edit(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequest]
 EDITING_WORKLOADS = [
     Workload("copy_edit", "one stream rewriting public-domain passages, one after another, with one word "
              "substituted, each stopping where its rewrite ends: output mostly copies the prompt (speculative "
-             "decoding's home ground)", {"num_requests": 4, "num_passages": 1, "max_tokens": 128}, _copy_edit),
+             "decoding's home ground)", {"num_requests": 4, "num_passages": 1, "max_tokens": 128}, _copy_edit,
+             {"num_requests": "rewrites, one after another (one wave each)",
+              "num_passages": "passages in each text to rewrite (at most 4)",
+              "max_tokens": "new tokens at most per rewrite (greedy; it stops where the rewrite ends)"}),
 ]

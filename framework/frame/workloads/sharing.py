@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frame.workloads.base import Workload, WorkloadContext, WorkloadRequest, greedy
+from frame.interfaces.workload import Workload, WorkloadContext, WorkloadRequest, greedy
 
 
 def _shared_prefix(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequest]:
@@ -67,22 +67,39 @@ def _no_sharing(ctx: WorkloadContext, p: dict[str, Any]) -> list[WorkloadRequest
             for _ in range(p["num_requests"])]
 
 
+#: What the parameters the workloads below share mean.
+_COMMON = {"num_requests": "how many requests", "max_tokens": "new tokens per request (greedy, ignore_eos)"}
+
 SHARING_WORKLOADS = [
     Workload("shared_prefix", "one shared system prompt, then a distinct question per request",
              {"num_requests": 64, "prefix_len": 1000, "question_len": [16, 64], "max_tokens": 64, "tenants": 1},
-             _shared_prefix),
+             _shared_prefix,
+             {**_COMMON, "prefix_len": "tokens of the shared system prompt",
+              "question_len": "tokens of each request's own question (a length or [lo, hi])",
+              "tenants": "cache salts the requests take in turn (1: no salt, all share the prompt's KV)"}),
     Workload("multi_turn", "chats where each turn resends the whole conversation; one wave per turn",
              {"num_conversations": 6, "num_turns": 4, "system_len": 40, "user_len": [20, 80],
               "reply_len": [20, 60], "max_tokens": 16},
-             _multi_turn),
+             _multi_turn,
+             {"num_conversations": "independent chats", "num_turns": "turns per chat, one wave each",
+              "system_len": "tokens of each chat's system prompt", "user_len": "tokens of each user message",
+              "reply_len": "tokens of each synthetic earlier reply", "max_tokens": _COMMON["max_tokens"]}),
     Workload("few_shot", "prompts sharing an instruction and one of a few fixed sets of examples",
              {"num_requests": 32, "num_examples": 8, "shots": 4, "num_variants": 4, "instruction_len": 40,
               "example_len": [60, 120], "question_len": [16, 48], "max_tokens": 16},
-             _few_shot),
+             _few_shot,
+             {**_COMMON, "num_examples": "examples in the pool", "shots": "examples per prompt",
+              "num_variants": "fixed choices and orders of examples the requests take in turn",
+              "instruction_len": "tokens of the instruction every prompt starts with",
+              "example_len": "tokens of each example", "question_len": "tokens of each request's own question"}),
     Workload("branching", "one long context, then a tree of continuations (fanout**depth requests)",
              {"context_len": 1500, "fanout": 4, "depth": 2, "branch_len": [8, 40], "max_tokens": 16},
-             _branching),
+             _branching,
+             {"context_len": "tokens of the context every request starts with",
+              "fanout": "continuations of each node", "depth": "levels of the tree (fanout**depth requests)",
+              "branch_len": "tokens each level adds", "max_tokens": _COMMON["max_tokens"]}),
     Workload("no_sharing", "independent random prompts: the control, nothing to reuse",
              {"num_requests": 32, "prompt_len": [200, 600], "max_tokens": 16},
-             _no_sharing),
+             _no_sharing,
+             {**_COMMON, "prompt_len": "tokens of each prompt"}),
 ]

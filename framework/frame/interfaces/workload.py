@@ -1,9 +1,10 @@
-"""Workload: a named, seeded generator of benchmark requests, and the helpers built-in workloads share.
+"""Workload: a named, seeded generator of benchmark requests, the object a workload plugin offers.
 
-A workload turns ``(tokenizer, seed, size parameters)`` into a list of :class:`WorkloadRequest`. The same
-arguments always give the same requests, so every cell of an experiment and both systems of a comparison run
-on identical prompts. Nothing is downloaded: prompt tokens are drawn with a seeded RNG from the tokenizer's
-ordinary (non-special) vocabulary.
+The contract of the ``workload`` plugin kind (hook ``frame_workload_list``, suite
+:class:`frame.testing.workload.WorkloadConformance`). A workload turns ``(tokenizer, seed, size parameters)``
+into a list of :class:`WorkloadRequest`. The same arguments always give the same requests, so every cell of an
+experiment and both systems of a comparison run on identical prompts. Nothing is downloaded: prompt tokens are
+drawn with a seeded RNG from the tokenizer's ordinary (non-special) vocabulary.
 """
 
 from __future__ import annotations
@@ -89,12 +90,22 @@ Builder = Callable[[WorkloadContext, dict[str, Any]], list[WorkloadRequest]]
 
 @dataclass(frozen=True)
 class Workload:
-    """A named, seeded generator of requests; ``defaults`` names every size parameter and its default."""
+    """A named, seeded generator of requests.
+
+    ``name`` is what ``frame bench --workload`` and an experiment's ``workloads:`` entry select, unique among every
+    installed workload; ``description`` is one line on its shape; ``defaults`` names every size parameter and its
+    default (``--workload-opt KEY=VALUE`` and an experiment's ``params:`` override them; no other key is taken);
+    ``param_docs`` says in a few words what each parameter of ``defaults`` means. ``build`` makes the requests from
+    a :class:`WorkloadContext` and the merged parameters: it must draw every random choice from ``ctx.rng`` (the
+    same seed then gives the same requests) and tokens only from ``ctx.tokens``/``ctx.encode`` (ids the tokenizer
+    has). It is called by :meth:`generate` only, never when the workload is listed.
+    """
 
     name: str
     description: str
     defaults: Mapping[str, Any]
     build: Builder
+    param_docs: Mapping[str, str] = field(default_factory=dict)
 
     def generate(self, tokenizer: Any, seed: int = 0, **params: Any) -> list[WorkloadRequest]:
         """The requests for this seed and these parameters (unknown parameter names are a ConfigError)."""
