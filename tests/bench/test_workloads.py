@@ -173,7 +173,10 @@ def test_a_workload_plugin_that_fails_to_load_is_reported_not_fatal(tmp_path: Pa
     finally:
         undo()
     assert set(BUILT_INS) <= set(catalog.workloads)
-    assert "failed to import (ImportError: no such dependency: ragdata)" in catalog.failures["broken"]
+    assert catalog.failures["broken"] == (
+        f"The workload plugin 'broken' from the source tree of frame-workload-broken 0.1 at {tmp_path} failed to "
+        "import (ImportError: no such dependency: ragdata); fix it or choose another of: builtin (frame bench "
+        "--workload picks one of their workloads by name).")
 
 
 def test_a_hook_that_raises_or_answers_garbage_is_left_out(caplog) -> None:

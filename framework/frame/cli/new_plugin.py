@@ -64,8 +64,8 @@ A frame {kind} plugin: say here what it does and why one would choose it.
 ## Its contract
 
 A {title} is found through the entry-point group `{group}` (see `pyproject.toml`); its object subclasses
-`{base}` from `{interface}`, and `tests/test_conformance.py` subclasses `{suite}`. {options} `frame plugins
---kinds` lists every kind.
+`{base}` from `{interface}`, and `tests/test_conformance.py` subclasses `{suite}`. {options}
+`frame plugins --kinds` lists every kind.
 
 ## Test it, before installing it
 

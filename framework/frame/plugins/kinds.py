@@ -80,6 +80,8 @@ class PluginKind:
     @property
     def how_to_choose(self) -> str:
         """How a user picks a plugin of this kind, for the end of an error message."""
+        if self.scope == "bench":
+            return f"frame bench --{self.flag} picks one of their workloads by name"
         return f"--{self.flag}" if self.flag else "chosen by the checkpoint's architectures"
 
 
