@@ -243,6 +243,16 @@ def test_the_suite_fails_a_sloppy_workload_where_it_is_sloppy(tmp_path: Path) ->
                       "test_the_same_seed_gives_the_same_requests"]
 
 
+def test_the_workloads_table_in_the_docs_is_the_built_ins_with_their_defaults(catalog) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    table = text[text.index("| workload | shape | parameters (defaults) |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {row.split(" | ")[0].strip("| `"): row.split(" | ")[-1] for row in table}
+    assert sorted(rows) == sorted(BUILT_INS)
+    for name, cell in rows.items():
+        for key, default in catalog.get(name).defaults.items():
+            assert f"`{key}` {default}" in cell, f"docs/benchmarks.md: {name}'s {key} is {default}"
+
+
 class TestBuiltInWorkloads(WorkloadConformance):
     """The core's own workloads pass the suite every workload plugin runs."""
 
