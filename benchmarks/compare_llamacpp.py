@@ -31,8 +31,8 @@ from compare_vllm import CpuMeter, VllmProcess, _cores, _status_kib, reset_peak_
 from frame.bench.driver import drive, warm_up
 from frame.bench.perplexity import bos_of, chunks, frame_perplexity, token_ids
 from frame.config import build_config, parse_key_values
+from frame.engine.core.chunking import common_prefix_length
 from frame.engine.core.engine_core import EngineCore
-from frame.engine.core.scheduler import common_prefix_length
 from frame.workloads import load_workloads
 from rich.console import Console
 from rich.table import Table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from frame.engine.core.scheduler import common_prefix_length
+from frame.engine.core.chunking import common_prefix_length
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.testing.scheduler import (
     SchedulerHarness,

@@ -47,6 +47,13 @@ class EngineConfig(BaseModel):
     max_num_batched_tokens: int = Field(4096, ge=1, description="token budget of one step (frame serve: 2048 unless "
                                         "set, with chunked prefill on)")
     enable_chunked_prefill: bool = Field(True, description="prefill long prompts over several steps")
+    long_prefill_token_threshold: int | None = Field(
+        None, ge=0, description="while other requests run or wait, a prefill of more than this many tokens computes "
+        "at most this many per step, so short requests are admitted and decode beside it (vLLM's flag); default: a "
+        "quarter of max_num_batched_tokens; 0: no cap")
+    max_long_partial_prefills: int = Field(
+        1, ge=1, description="most prompts longer than long_prefill_token_threshold prefilled at once; shorter ones "
+        "pass a long prompt that waits for its turn (vLLM's flag)")
     platform: str = Field("auto", description="platform plugin; auto: the best available")
     attn: str = Field("auto", description="attention plugin; auto: the platform's choice")
     cache: str = Field("hashchain", description="KV-cache strategy plugin")
@@ -123,6 +130,15 @@ class EngineConfig(BaseModel):
                 f"({self.max_model_len}) when chunked prefill is off"
             )
         return self
+
+    @property
+    def long_prefill_tokens(self) -> int:
+        """``long_prefill_token_threshold`` with its default resolved (0 without chunked prefill: nothing is cut)."""
+        if not self.enable_chunked_prefill:
+            return 0
+        if self.long_prefill_token_threshold is None:
+            return self.max_num_batched_tokens // 4
+        return self.long_prefill_token_threshold
 
 
 #: The per-kind option sections of EngineConfig, by plugin kind.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from frame import LLM, SamplingParams
-from frame.engine.core.scheduler import common_prefix_length
+from frame.engine.core.chunking import common_prefix_length
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 BLOCK = 16

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -32,6 +33,25 @@ class SchedulerLimits(BaseModel):
     max_num_batched_tokens: int
     max_model_len: int
     enable_chunked_prefill: bool = True
+    #: A prefill chunk over this many tokens is a long prefill (0: none is); see SchedulingPolicy.prefill_limit.
+    long_prefill_token_threshold: int = 0
+    #: Most long prefills in progress at once; a long prompt past it waits, and shorter ones pass it.
+    max_long_partial_prefills: int = 1
+
+
+@dataclass(frozen=True)
+class StepLoad:
+    """What competes with one prefilling request in the step being planned (for
+    :meth:`SchedulingPolicy.prefill_limit`).
+
+    ``num_others``: requests other than it, running or waiting (0: it is alone). ``num_long_prefills``: running
+    requests other than it whose remaining prompt is longer than ``long_prefill_token_threshold``. ``admitting``:
+    it is waiting and would be admitted with this chunk (False: it is running).
+    """
+
+    num_others: int
+    num_long_prefills: int
+    admitting: bool
 
 
 class PrefixLookup(Protocol):
@@ -74,3 +94,22 @@ class SchedulingPolicy(ABC):
         engine then takes it out and returns its tokens to the budget. Its progress is recomputed after it is
         admitted again.
         """
+
+    def prefill_limit(self, seq: Sequence, remaining: int, load: StepLoad) -> int:
+        """The most prompt tokens ``seq`` may compute this step; 0 leaves it out of the step (a waiting request is
+        then passed over, and the requests behind it may be admitted).
+
+        Called by the engine for each request with prompt tokens to compute (``remaining`` of them, after a prefix
+        cache hit), running ones first, only with chunked prefill on; the engine then holds the chunk to the step's
+        budget too. The default (vLLM's ``long_prefill_token_threshold`` and ``max_long_partial_prefills``): while
+        other requests run or wait, a prefill of more than ``limits.long_prefill_token_threshold`` tokens takes at
+        most that many per step, so a long prompt shares each step with short requests instead of starving them;
+        alone, it takes the whole budget. A long prompt is not admitted while ``limits.max_long_partial_prefills``
+        others are mid-way through theirs. Since API version 2.
+        """
+        threshold = self.limits.long_prefill_token_threshold
+        if threshold == 0 or remaining <= threshold:
+            return remaining
+        if load.admitting and load.num_long_prefills >= self.limits.max_long_partial_prefills:
+            return 0
+        return threshold if load.num_others else remaining

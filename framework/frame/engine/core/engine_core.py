@@ -67,6 +67,8 @@ class EngineCore:
         self.limits = SchedulerLimits(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
+            long_prefill_token_threshold=config.long_prefill_tokens,
+            max_long_partial_prefills=config.max_long_partial_prefills,
         )
         policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
         self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size))

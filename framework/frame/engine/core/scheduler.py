@@ -15,47 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from frame.engine.core.chunking import Step, prefill_chunk, start_step, waits_for_shared_prefill
 from frame.engine.core.outputs import engine_output, hold_prompt_logprobs
 from frame.engine.core.stopping import stop_status
 from frame.engine.core.structured import StructuredOutputManager
 from frame.engine.wire.plan import NewRequest, RunnerOutput, RunningRequest, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest
-from frame.interfaces.cache import BlockCopy, KVCacheStrategy, PrefixMatch
+from frame.interfaces.cache import KVCacheStrategy, PrefixMatch
 from frame.interfaces.scheduler import SchedulerLimits, SchedulingPolicy
 from frame.sequence import Sequence, SequenceStatus
-
-
-def common_prefix_length(a: list[int], b: list[int], limit: int) -> int:
-    """How many leading tokens ``a`` and ``b`` share, up to ``limit`` (binary search over C-speed slice compares)."""
-    low, high = 0, min(limit, len(a), len(b))
-    if a[:high] == b[:high]:
-        return high
-    while low < high:  # a[:low] == b[:low], and the answer lies in [low, high]
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-@dataclass
-class _Step:
-    """A step being planned: the requests it computes, in batch order, and what happened to make room."""
-
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
-    spec: dict[str, list[int]] = field(default_factory=dict)  # drafts verified this step, by request
-    copies: list[BlockCopy] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    budget: int = 0
-
-    def drop(self, seq: Sequence) -> None:
-        """Take ``seq`` out of the step (it was preempted) and give its tokens back to the budget."""
-        for item in self.scheduled:
-            if item[0] is seq:
-                self.scheduled.remove(item)
-                self.budget += item[1]
-                return
 
 
 @dataclass(frozen=True)
@@ -191,20 +159,22 @@ class Scheduler:
     # -- one step -----------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         """Decide the next step; allocates blocks through the cache strategy and may preempt."""
-        step = _Step(budget=self.limits.max_num_batched_tokens)
+        step = start_step(self.limits, self.running)
         self._schedule_running(step)
         if not step.preempted:
             self._admit(step)
         return self._plan(step)
 
-    def _schedule_running(self, step: _Step) -> None:
+    def _schedule_running(self, step: Step) -> None:
         index = 0
         while index < len(self.running) and step.budget > 0:
             seq = self.running[index]
             # Drafts ride as lookahead slots after a decode's token, as many as the budget leaves room for.
             spec = seq.spec_token_ids[: step.budget - 1] if seq.num_uncomputed_tokens == 1 else []
             num_new = min(seq.num_uncomputed_tokens + len(spec), step.budget)
-            if not self.limits.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
+            if self.limits.enable_chunked_prefill and seq.num_uncomputed_tokens > 1:
+                num_new = prefill_chunk(self.policy, seq, seq.num_uncomputed_tokens, step, len(self._live), False)
+            if num_new == 0 or (not self.limits.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens):
                 index += 1
                 continue
             while self.cache.allocate(seq, num_new) is None:
@@ -221,17 +191,20 @@ class Scheduler:
             if seq in self.running:
                 index = self.running.index(seq) + 1
 
-    def _admit(self, step: _Step) -> None:
+    def _admit(self, step: Step) -> None:
         admitted: set[str] = set()
         for seq in self.policy.admission_order(self.waiting, self):
             if step.budget <= 0 or len(self.running) >= self.limits.max_num_seqs:
                 break
             match = self._match(seq)
-            if seq.params.prompt_logprobs is None and self._waits_for_shared_prefill(seq, match.num_tokens, step):
+            shares = seq.params.prompt_logprobs is None
+            if shares and waits_for_shared_prefill(seq, match.num_tokens, step, self.cache, self.policy):
                 continue
             remaining = seq.num_tokens - match.num_tokens
             num_new = min(remaining, step.budget)
-            if not self.limits.enable_chunked_prefill and num_new < remaining:
+            if self.limits.enable_chunked_prefill:
+                num_new = prefill_chunk(self.policy, seq, remaining, step, len(self._live), True)
+            if num_new == 0 or (not self.limits.enable_chunked_prefill and num_new < remaining):
                 continue
             allocation = self.cache.allocate(seq, num_new, match)
             if allocation is None:
@@ -248,25 +221,7 @@ class Scheduler:
         if admitted:
             self.waiting = [s for s in self.waiting if s.seq_id not in admitted]
 
-    def _waits_for_shared_prefill(self, seq: Sequence, num_cached: int, step: _Step) -> bool:
-        """True when ``seq`` should sit this step out because a prefill in ``step`` writes at least half of its
-        remaining tokens, whole blocks of them, which the cache can hand to ``seq`` next step. Without this, 64
-        requests behind one 1,000-token system prompt compute that prompt once per request that fits the first
-        step's token budget."""
-        if not (self.cache.reuses_prefixes and self.policy.share_prefills_in_batch):
-            return False
-        block = self.cache.block_size
-        remaining = seq.num_tokens - num_cached
-        for other, num_new in step.scheduled:
-            if not other.is_prefilling or other.extra_keys != seq.extra_keys:
-                continue
-            written = min(other.num_computed_tokens + num_new, seq.num_tokens - 1)
-            gain = common_prefix_length(seq.token_ids, other.token_ids, written) // block * block - num_cached
-            if gain >= block and 2 * gain >= remaining:
-                return True
-        return False
-
-    def _preempt(self, victim: Sequence, step: _Step) -> None:
+    def _preempt(self, victim: Sequence, step: Step) -> None:
         self.running.remove(victim)
         self.cache.free(victim)
         victim.reset_for_recompute()
@@ -277,7 +232,7 @@ class Scheduler:
         if victim.seq_id in self._runner_blocks:
             self._resumed.add(victim.seq_id)
 
-    def _plan(self, step: _Step) -> SchedulerOutput:
+    def _plan(self, step: Step) -> SchedulerOutput:
         new: list[NewRequest] = []
         running: list[RunningRequest] = []
         constrained = self.structured is not None and self.structured.active
