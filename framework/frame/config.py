@@ -49,11 +49,11 @@ class EngineConfig(BaseModel):
     enable_chunked_prefill: bool = Field(True, description="prefill long prompts over several steps")
     long_prefill_token_threshold: int | None = Field(
         None, ge=0, description="while other requests run or wait, a prefill of more than this many tokens computes "
-        "at most this many per step, so short requests are admitted and decode beside it (vLLM's flag); default: a "
-        "quarter of max_num_batched_tokens; 0: no cap")
-    max_long_partial_prefills: int = Field(
-        1, ge=1, description="most prompts longer than long_prefill_token_threshold prefilled at once; shorter ones "
-        "pass a long prompt that waits for its turn (vLLM's flag)")
+        "at most this many per step, so short requests are admitted and decode beside it (vLLM's flag); default: "
+        "max_num_batched_tokens / 16; 0: no cap")
+    max_long_partial_prefills: int | None = Field(
+        None, ge=1, description="most prompts longer than long_prefill_token_threshold prefilled at once; shorter ones "
+        "pass a long prompt that waits for its turn (vLLM's flag); default: no limit")
     platform: str = Field("auto", description="platform plugin; auto: the best available")
     attn: str = Field("auto", description="attention plugin; auto: the platform's choice")
     cache: str = Field("hashchain", description="KV-cache strategy plugin")
@@ -137,7 +137,7 @@ class EngineConfig(BaseModel):
         if not self.enable_chunked_prefill:
             return 0
         if self.long_prefill_token_threshold is None:
-            return self.max_num_batched_tokens // 4
+            return max(1, self.max_num_batched_tokens // 16)
         return self.long_prefill_token_threshold
 
 

@@ -35,8 +35,8 @@ class SchedulerLimits(BaseModel):
     enable_chunked_prefill: bool = True
     #: A prefill chunk over this many tokens is a long prefill (0: none is); see SchedulingPolicy.prefill_limit.
     long_prefill_token_threshold: int = 0
-    #: Most long prefills in progress at once; a long prompt past it waits, and shorter ones pass it.
-    max_long_partial_prefills: int = 1
+    #: Most long prefills in progress at once (None: no limit); a long prompt past it waits, shorter ones pass it.
+    max_long_partial_prefills: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,12 @@ class SchedulingPolicy(ABC):
         other requests run or wait, a prefill of more than ``limits.long_prefill_token_threshold`` tokens takes at
         most that many per step, so a long prompt shares each step with short requests instead of starving them;
         alone, it takes the whole budget. A long prompt is not admitted while ``limits.max_long_partial_prefills``
-        others are mid-way through theirs. Since API version 2.
+        (when set) others are mid-way through theirs. Since API version 2.
         """
         threshold = self.limits.long_prefill_token_threshold
         if threshold == 0 or remaining <= threshold:
             return remaining
-        if load.admitting and load.num_long_prefills >= self.limits.max_long_partial_prefills:
+        most = self.limits.max_long_partial_prefills
+        if load.admitting and most is not None and load.num_long_prefills >= most:
             return 0
         return threshold if load.num_others else remaining

@@ -73,17 +73,18 @@ def prefill_chunk(policy: SchedulingPolicy, seq: Sequence, remaining: int, step:
 def waits_for_shared_prefill(seq: Sequence, num_cached: int, step: Step, cache: KVCacheStrategy,
                              policy: SchedulingPolicy) -> bool:
     """True when ``seq`` should sit this step out because a prefill in ``step`` writes at least half of its
-    remaining tokens, whole blocks of them, which the cache can hand to ``seq`` next step. Without this, 64
+    remaining tokens, whole blocks of them, which the cache can hand to ``seq`` once written. Without this, 64
     requests behind one 1,000-token system prompt compute that prompt once per request that fits the first
-    step's token budget."""
+    step's token budget. A prefill counts with its whole prompt, not this step's chunk: one held to a long
+    prefill's share of the step writes the rest in the next steps, and ``seq`` waits for it."""
     if not (cache.reuses_prefixes and policy.share_prefills_in_batch):
         return False
     block = cache.block_size
     remaining = seq.num_tokens - num_cached
-    for other, num_new in step.scheduled:
+    for other, _ in step.scheduled:
         if not other.is_prefilling or other.extra_keys != seq.extra_keys:
             continue
-        written = min(other.num_computed_tokens + num_new, seq.num_tokens - 1)
+        written = min(other.num_prompt_tokens, seq.num_tokens - 1)
         gain = common_prefix_length(seq.token_ids, other.token_ids, written) // block * block - num_cached
         if gain >= block and 2 * gain >= remaining:
             return True
