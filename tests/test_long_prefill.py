@@ -136,3 +136,19 @@ def test_on_the_engine_a_short_request_decodes_while_a_long_prompt_is_prefilled(
     assert capped == plain
     assert capped_first["short"] == 2 and capped_first["long"] > capped_first["short"] + 4
     assert plain_first["short"] >= plain_first["long"]
+
+
+@pytest.mark.parametrize(("settings", "cap"), [
+    ({}, 256),                                                    # the offline budget of 4096, / 16
+    ({"max_num_batched_tokens": 2048}, 128),                      # frame serve's
+    ({"long_prefill_token_threshold": 300}, 300),
+    ({"long_prefill_token_threshold": 0}, 0),                     # off
+    ({"enable_chunked_prefill": False, "max_model_len": 4096}, 0),  # whole prompts: nothing is cut
+])
+def test_the_configured_cap_reaches_the_limits_and_the_startup_summary(settings: dict, cap: int) -> None:
+    from frame.config import EngineConfig
+    from frame.summary import _long_prefills
+
+    config = EngineConfig(**settings)
+    assert config.long_prefill_tokens == cap
+    assert _long_prefills(config) == (f", a long prefill {cap} of them while others run or wait" if cap else "")

@@ -40,6 +40,12 @@ def kv_dtype_line(ready: Ready) -> str:
     return f"{ready.kv_dtype or ready.dtype}{quantized}, {kv_bytes_per_token(ready)} bytes per token"
 
 
+def _long_prefills(config: EngineConfig) -> str:
+    """The long-prefill cap, as the scheduler row's tail ('' when there is none)."""
+    cap = config.long_prefill_tokens
+    return f", a long prefill {cap} of them while others run or wait" if cap else ""
+
+
 def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
     """The summary block for an engine built from ``config`` that reported ``ready`` (its first core's report,
     when there are several: they are built alike)."""
@@ -59,7 +65,7 @@ def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
         ("attention", ready.attn),
         ("cache", f"{ready.cache} ({prefix}), block size {ready.block_size}"),
         ("scheduler", f"{ready.sched}, at most {config.max_num_seqs} sequences and {config.max_num_batched_tokens} "
-                      "tokens a step"),
+                      f"tokens a step{_long_prefills(config)}"),
         ("ranks", f"{cores} x {tp} tensor-parallel rank{'s' if tp > 1 else ''}; {router}"),
         ("KV pool", f"{ready.kv_bytes / _GIB:.2f} GiB{' per rank' if tp > 1 else ''}, {kv_tokens(ready)} tokens "
                     f"({ready.num_blocks} blocks) per core"),
