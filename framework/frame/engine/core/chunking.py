@@ -63,7 +63,7 @@ def prefill_chunk(policy: SchedulingPolicy, seq: Sequence, remaining: int, step:
     ``num_requests``: requests the scheduler holds, ``seq`` included."""
     load = StepLoad(num_others=num_requests - 1, num_long_prefills=len(step.long_prefills - {seq.seq_id}),
                     admitting=admitting)
-    chunk = min(remaining, step.budget, policy.prefill_limit(seq, remaining, load))
+    chunk = max(0, min(remaining, step.budget, policy.prefill_limit(seq, remaining, load)))
     threshold = policy.limits.long_prefill_token_threshold
     if chunk and threshold and remaining > threshold:
         step.long_prefills.add(seq.seq_id)
