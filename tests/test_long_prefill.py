@@ -17,7 +17,7 @@ from frame.testing.scheduler import SchedulerHarness, cache_factory_for, make_pr
 POLICIES = ["fcfs", "lpm", "priority"]
 
 
-def harness(policy: str | SchedulingPolicy = "fcfs", *, threshold: int = 8, max_long: int = 1,
+def harness(policy: str | SchedulingPolicy = "fcfs", *, threshold: int = 8, max_long: int | None = 1,
             budget: int = 32) -> SchedulerHarness:
     limits = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=budget, max_model_len=512,
                              long_prefill_token_threshold=threshold, max_long_partial_prefills=max_long)
@@ -82,6 +82,23 @@ def test_shorter_prompts_pass_a_long_one_waiting_for_its_turn() -> None:
     for p in prompts:
         two.add(p, max_tokens=2)
     assert [n for _, n in two.scheduled(two.scheduler.schedule())] == [8, 8, 5]
+
+
+def test_requests_behind_a_capped_shared_prefix_wait_for_it_instead_of_computing_it() -> None:
+    """Four prompts behind one 40-token system prompt, its prefill held to 8 tokens a step: the other three wait
+    for the whole prefix, over several steps, and compute only their own 6 tokens."""
+    h = harness(max_long=None)  # the default: nothing but the shared prefix holds the three back
+    system = make_prompt(1, 40)
+    family = [h.add([*system, *make_prompt(10 + i, 6)], max_tokens=3) for i in range(4)]
+    computed = 0
+    while h.scheduler.has_unfinished():
+        plan = h.scheduler.schedule()
+        computed += plan.num_prompt_tokens
+        h.finish_step(plan, h.model.execute(plan))
+    assert computed == 46 + 3 * 6
+    for seq in family:
+        assert seq.output_token_ids == h.model.reference(seq.prompt_token_ids, 3)
+    h.assert_no_leak()
 
 
 class _Uncapped(SchedulingPolicy):
