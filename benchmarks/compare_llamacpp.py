@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
     systems = ["frame", "llamacpp"] if args.only is None else [args.only]
-    quantization = None if args.quantization == "none" else args.quantization
+    quantization = args.quantization
     config = build_config(model=args.model, dtype=args.dtype, quantization=quantization,
                           max_model_len=args.max_model_len, platform_options={"threads": args.threads})
     engine = EngineCore(config)
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = engine.source.tokenizer
     options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}
     requests = load_workloads().get(args.workload).generate(tokenizer, args.seed, **options)
-    label = f"frame ({str(engine.selection.dtype).removeprefix('torch.')}, {quantization or 'dense'})"
+    weights = "dense" if quantization == "none" else quantization
+    label = f"frame ({str(engine.selection.dtype).removeprefix('torch.')}, {weights})"
     rounds: dict[str, list[float]] = {label: [], "llama.cpp": []}
     background: dict[str, list[float | None]] = {label: [], "llama.cpp": []}
     ttft: dict[str, list[float]] = {label: [], "llama.cpp": []}

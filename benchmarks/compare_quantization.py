@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     names = ["dense", *args.quantization]
     engines = {name: EngineCore(build_config(dtype=args.dtype, max_model_len=args.max_model_len,
-                                             quantization=None if name == "dense" else name))
+                                             quantization="none" if name == "dense" else name))
                for name in names}
     tokenizer = engines["dense"].source.tokenizer
     options = parse_key_values(args.workload_opt, "--workload-opt")

@@ -88,7 +88,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--cache", default="hashchain")
     parser.add_argument("--attn", default="auto")
-    parser.add_argument("--quantization", default=None, help="a quantization plugin (gguf keeps the GGUF's blocks)")
+    parser.add_argument("--quantization", default="none",
+                        help="a quantization plugin (gguf keeps the GGUF's blocks; default none: dense weights)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")

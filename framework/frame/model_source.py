@@ -75,6 +75,32 @@ def _named_tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:
     return cls.from_pretrained(folder)
 
 
+def _frame_gguf_config(file: Path) -> bool:
+    """True when ``file`` is a config frame rebuilt from a GGUF's metadata at the current version (a cache entry an
+    earlier frame filled through transformers' GGUF reader is rebuilt)."""
+    from frame.weights.gguf_config import MARKER, MARKER_VERSION
+
+    try:
+        return json.loads(file.read_text()).get(MARKER) == MARKER_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _gguf_tokenizer(where: str, kwargs: dict[str, Any]) -> PreTrainedTokenizerBase:
+    """The GGUF's tokenizer as transformers converts it: through AutoTokenizer, which picks the class by the
+    model type transformers' own GGUF reader finds, and for an architecture that reader refuses (OLMo 2, Granite)
+    through the generic fast tokenizer, built from the same metadata (vocabulary, merges, special tokens, chat
+    template)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        return AutoTokenizer.from_pretrained(where, **kwargs)
+    except ValueError as err:
+        if "not supported" not in str(err):
+            raise
+    return PreTrainedTokenizerFast.from_pretrained(where, **kwargs)
+
+
 @dataclass
 class ModelSource:
     """A resolved checkpoint. ``name`` is what the API reports as the model id by default."""
@@ -126,13 +152,16 @@ class ModelSource:
         """The checkpoint's transformers config (reading one imports torch: transformers' config module does)."""
         from transformers import AutoConfig
 
-        if self.is_gguf and (self._gguf_cache / "config.json").is_file():
+        from frame.weights.gguf_config import gguf_config
+
+        if self.is_gguf:
+            if not _frame_gguf_config(self._gguf_cache / "config.json"):
+                config = gguf_config(self.path)
+                _save_into(self._gguf_cache, lambda folder: (folder / "config.json").write_text(json.dumps(config)),
+                           last="config.json")
             return AutoConfig.from_pretrained(self._gguf_cache)
         where, kwargs = self._hf_args()
-        config = AutoConfig.from_pretrained(where, **kwargs)
-        if self.is_gguf:
-            _save_into(self._gguf_cache, config.save_pretrained, last="config.json")
-        return config
+        return AutoConfig.from_pretrained(where, **kwargs)
 
     @cached_property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -149,7 +178,7 @@ class ModelSource:
         if self.tokenizer_path is not None or (self.is_gguf and (folder / "tokenizer_config.json").is_file()):
             return AutoTokenizer.from_pretrained(folder, trust_remote_code=self.trust_remote_code)
         where, kwargs = self._hf_args()
-        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        tokenizer = _gguf_tokenizer(where, kwargs) if self.is_gguf else AutoTokenizer.from_pretrained(where, **kwargs)
         if self.is_gguf:
             _save_into(self._gguf_cache, tokenizer.save_pretrained, last="tokenizer_config.json")
         return tokenizer

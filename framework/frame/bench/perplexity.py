@@ -139,7 +139,7 @@ def run_variants(config: EngineConfig, variants: Sequence[str] | None, n_ctx: in
         weights, _, kv_dtype = variant.partition("@")
         dtype, _, quantization = weights.partition("+")
         try:
-            varied = config.model_copy(update={"dtype": dtype, "quantization": quantization or None,
+            varied = config.model_copy(update={"dtype": dtype, "quantization": quantization or "none",
                                                "kv_cache_dtype": kv_dtype or config.kv_cache_dtype})
             EngineConfig.model_validate(varied.model_dump())
         except ValueError as err:

@@ -6,6 +6,7 @@ name or a bad plugin option fails here with one sentence, before the model is re
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from frame.plugins.hooks import PluginHooks
 if TYPE_CHECKING:  # transformers is heavy: the source is opened only once the choices are checked
     from frame.model_source import ModelSource
 
+log = logging.getLogger("frame.selection")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -186,12 +188,30 @@ def declared_quantization(hf_config: object) -> str | None:
     return str(getattr(method, "value", method)) if method else "an unnamed method"
 
 
-def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelSource) -> QuantizationMethod | None:
+def _default_quantization(hooks: PluginHooks, source: ModelSource, platform: Platform | None) -> str | None:
+    """``gguf`` for a ``.gguf`` file when that plugin is installed and the platform has a kernel for one of its
+    block formats (without one, every call would dequantise: dense weights are faster); else None."""
+    if not (source.path.is_file() and source.path.suffix == ".gguf") or "gguf" not in hooks.registry.names(
+            "quantization"):
+        return None
+    if platform is not None:
+        formats = set(hooks.create_quantization("gguf", None).formats)
+        if not formats & set(platform.kernel_paths()):
+            log.info("dense weights for %s: the platform has no kernel for ggml blocks", source.path.name)
+            return None
+    return "gguf"
+
+
+def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelSource,
+                        platform: Platform | None = None) -> QuantizationMethod | None:
     """The quantization method of this run: ``--quantization``, else the one the checkpoint's
-    ``quantization_config`` names; None for dense weights. A declared method no installed plugin provides, a
-    flag that contradicts the checkpoint, or a method that cannot serve the checkpoint is one sentence."""
+    ``quantization_config`` names, else ``gguf`` for a ``.gguf`` file (:func:`_default_quantization`); None for
+    dense weights, which ``--quantization none`` asks for. A declared method no installed plugin provides, a flag
+    that contradicts the checkpoint, or a method that cannot serve the checkpoint is one sentence."""
     wanted, declared = config.quantization, declared_quantization(source.hf_config)
     installed = hooks.registry.names("quantization")
+    if wanted == "none" and declared is None:
+        return None
     if declared is not None:
         if declared not in installed:
             raise ConfigError(
@@ -204,6 +224,8 @@ def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelS
                 f"--quantization {wanted} cannot read; drop the flag or pass --quantization {declared}.",
                 param="quantization")
         wanted = declared
+    if wanted is None:
+        wanted = _default_quantization(hooks, source, platform)
     if wanted is None:
         if config.quantization_options:
             raise ConfigError("quantization_options were given without quantization; name the method "
@@ -237,7 +259,7 @@ def preflight(config: EngineConfig, hooks: PluginHooks | None = None) -> Selecti
     selection = select(config, hooks)
     source = ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
     context_length(config, source)
-    select_quantization(hooks, config, source)
+    select_quantization(hooks, config, source)  # the platform's kernels are the worker's to load (and build)
     family = select_model_family(hooks, source.architecture)
     check_tensor_parallel_family(hooks, config, family)
     model_options(hooks, config, family)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gguf
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
@@ -32,10 +33,12 @@ from frame.engine.worker.attention_layers import create_layer_attention, family_
 from frame.errors import UnsupportedModelError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM, WeightSource
+from frame.model_source import ModelSource
+from frame.plugins.families import family_for
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
-from frame.testing.gguf import NoLlamaCppName, write_gguf
+from frame.testing.gguf import NoLlamaCppName, as_stored, write_gguf
 from frame.weights import open_weights
 
 #: Sizes of the tiny models; families whose configs spell these differently override :meth:`tiny_config`.
@@ -117,6 +120,16 @@ class ModelFamilySuite:
     def gguf_convert(self, name: str, tensor: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
         """What llama.cpp's converter does to checkpoint tensor ``name`` of this family (nothing, by default)."""
         return tensor
+
+    def gguf_transposed(self, name: str) -> bool:
+        """True when :meth:`gguf_convert` transposes parameter ``name`` (GPT-2's Conv1D weights): the file's blocks
+        then run along its other axis."""
+        return False
+
+    def gguf_metadata(self, writer: gguf.GGUFWriter, config: PretrainedConfig) -> None:
+        """The keys (and extra tensors) llama.cpp's converter writes for this architecture beyond every text model's
+        (:func:`frame.testing.gguf.write_text_model_keys`); ``pytest.skip`` for a config the converter cannot
+        state (a value the file has no key for)."""
 
     def registry(self) -> PluginRegistry:
         """Where the suite finds the family: the installed plugins (a test of a family that is not installed as a
@@ -243,26 +256,39 @@ class ModelFamilySuite:
         with pytest.raises(ValueError, match=re.escape(self.surprise_tensor)):
             fresh.load_weights(EditedSource(source, add={self.surprise_tensor: torch.zeros(2)}))
 
-    def test_gguf_checkpoint_matches_transformers(self, built, hooks, platform, tmp_path: Path) -> None:
-        """The same checkpoint written as llama.cpp would (gguf-py's names, the converter's transforms) loads into
-        the family and gives transformers' logits."""
+    @pytest.mark.parametrize("file_type", ["f16", "q8_0"])
+    def test_gguf_file_matches_transformers(self, built, hooks, platform, tmp_path: Path, file_type: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """The same checkpoint written as llama.cpp's converter writes it (gguf-py's tensor names and metadata keys,
+        the converter's transforms, a tokenizer), in float16 and in q8_0: frame rebuilds the config from the file's
+        metadata, picks this family for it, and gives transformers' logits on the values the file holds."""
         reference, _, _, folder = built
         config = reference.config
         architecture = self.gguf_architecture((getattr(config, "architectures", None) or [""])[0])
         if architecture is None:
             pytest.skip("the family lists no llama.cpp architecture for this one")
-        path = tmp_path / "model.gguf"
+        path = tmp_path / f"model-{file_type}.gguf"
         try:
             write_gguf(open_weights(folder), path, architecture, config.num_hidden_layers,
-                       lambda name, tensor: self.gguf_convert(name, tensor, config))
+                       lambda name, tensor: self.gguf_convert(name, tensor, config), config=config,
+                       file_type=file_type, metadata=lambda writer: self.gguf_metadata(writer, config))
         except NoLlamaCppName as err:
             pytest.skip(f"a variant llama.cpp does not run: {err}")
-        layers = self.make_attention(hooks, platform, config)
-        model = self.make_model(hooks, platform, config, layers)
+        monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
+        source = ModelSource.open(str(path))
+        assert family_for(hooks, source.architecture) == self.plugin_name
+        layers = self.make_attention(hooks, platform, source.hf_config)
+        model = self.make_model(hooks, platform, source.hf_config, layers)
         model.load_weights(open_weights(path))
+        stored = copy.deepcopy(reference)
+        with torch.no_grad():
+            for name, param in stored.named_parameters():
+                flip = self.gguf_transposed(name)
+                values = as_stored(param.data.t() if flip else param.data, file_type, name)
+                param.copy_(values.t() if flip else values)
         ids = self.prompt(6, 13, config.vocab_size)
         runner = PagedRunner(model, layers[0], 1, 16, torch.float32, platform.device)
-        self.assert_close(runner.step({0: ids})[0], self.reference_logits(reference, ids))
+        self.assert_close(runner.step({0: ids})[0], self.reference_logits(stored, ids))
 
     def test_quantization_config_without_a_loader_is_refused(self, built, hooks) -> None:
         """A quantized checkpoint the family cannot load is one sentence naming the field, never wrong numbers."""

@@ -8,10 +8,11 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf import GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
 from frame.interfaces.model import WeightSource
+from frame.weights.gguf_file import read_gguf
 from frame.weights.progress import track_tensors
 
 _UNQUANTISED = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
@@ -29,7 +30,7 @@ class GGUFWeights(WeightSource):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.reader = GGUFReader(self.path)
+        self.reader = read_gguf(self.path)
 
     def __len__(self) -> int:
         return len(self.reader.tensors)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+import gguf
+import numpy as np
+import pytest
 import torch
 from frame.testing.gguf import llama_cpp_permute
 from frame.testing.model import ModelFamilySuite
@@ -24,6 +29,36 @@ class TestLlamaFamily(ModelFamilySuite):
         if ".self_attn.k_proj." in name:
             return llama_cpp_permute(tensor, config.num_key_value_heads)
         return tensor
+
+    def gguf_metadata(self, writer: gguf.GGUFWriter, config: PretrainedConfig) -> None:
+        """What the converter's Llama, Granite and Qwen2 classes write: the rotary width, the rope scaling (Llama 3's
+        as a factor tensor) and Granite's multipliers. It states no sliding window for these architectures."""
+        architecture = config.architectures[0]
+        window = getattr(config, "sliding_window", None)
+        if getattr(config, "use_sliding_window", False) or (window and architecture != "Qwen2ForCausalLM"
+                                                             and window < config.max_position_embeddings):
+            pytest.skip("llama.cpp's converter writes no sliding window for this architecture")
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        rope = config.rope_parameters
+        kind = rope.get("rope_type", "default")
+        if architecture != "Qwen2ForCausalLM":
+            writer.add_rope_dimension_count(head_dim)
+        if kind == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(rope["factor"])
+        elif kind == "yarn":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            writer.add_rope_scaling_factor(rope["factor"])
+            writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        elif kind == "llama3":
+            writer.add_tensor("rope_freqs.weight", llama3_rope_factors(rope, head_dim))
+        elif kind != "default":
+            pytest.skip(f"llama.cpp runs no '{kind}' rope")
+        if architecture == "GraniteForCausalLM":
+            writer.add_embedding_scale(config.embedding_multiplier)
+            writer.add_residual_scale(config.residual_multiplier)
+            writer.add_attention_scale(config.attention_multiplier)
+            writer.add_logit_scale(config.logits_scaling)
 
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         extra = {}
@@ -59,3 +94,20 @@ class TestLlamaFamily(ModelFamilySuite):
             "granite-tied-biases": self.tiny_config("GraniteForCausalLM", tie_word_embeddings=True,
                                                     attention_bias=True, mlp_bias=True),
         }
+
+
+def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
+    """The factor tensor llama.cpp's converter writes for a Llama 3 rope (its ``generate_extra_tensors``)."""
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    original = rope["original_max_position_embeddings"]
+    factors = []
+    for i in range(0, head_dim, 2):
+        wavelength = 2 * math.pi * rope["rope_theta"] ** (i / head_dim)
+        if wavelength < original / high:
+            factors.append(1.0)
+        elif wavelength > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)

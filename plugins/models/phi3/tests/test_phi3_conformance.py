@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gguf
+import numpy as np
 from frame.testing.model import ModelFamilySuite
 from transformers import PretrainedConfig
 
@@ -11,6 +13,21 @@ class TestPhi3Family(ModelFamilySuite):
 
     def gguf_architecture(self, architecture: str) -> str | None:
         return {"Phi3ForCausalLM": "PHI3"}.get(architecture)
+
+    def gguf_metadata(self, writer: gguf.GGUFWriter, config: PretrainedConfig) -> None:
+        """The rotary width, the window, and LongRoPE's factors as two tensors with its original context."""
+        head_dim = config.hidden_size // config.num_attention_heads
+        rope = config.rope_parameters
+        writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+        if config.sliding_window:
+            writer.add_sliding_window(config.sliding_window)
+        if rope.get("rope_type") == "longrope":
+            original = config.original_max_position_embeddings
+            scale = config.max_position_embeddings / original
+            writer.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(scale) / np.log(original))))
+            writer.add_rope_scaling_orig_ctx_len(original)
+            writer.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+            writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
 
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         return super().tiny_config(architecture, **{"pad_token_id": 0, **overrides})

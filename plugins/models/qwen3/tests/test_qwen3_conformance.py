@@ -3,6 +3,8 @@ sparse ones, and shared experts."""
 
 from __future__ import annotations
 
+import gguf
+import pytest
 from frame.testing.model import ModelFamilySuite
 from transformers import PretrainedConfig
 
@@ -16,6 +18,18 @@ class TestQwen3Family(ModelFamilySuite):
         return {"Qwen3ForCausalLM": "QWEN3", "Qwen3MoeForCausalLM": "QWEN3MOE",
                 "Qwen2MoeForCausalLM": "QWEN2MOE"}.get(architecture)
 
+    def gguf_metadata(self, writer: gguf.GGUFWriter, config: PretrainedConfig) -> None:
+        """The experts' widths; llama.cpp has no key for a window, dense layers among sparse ones, or Qwen3-MoE
+        without renormalised top-k weights (it always renormalises them)."""
+        if getattr(config, "use_sliding_window", False) or getattr(config, "mlp_only_layers", None):
+            pytest.skip("llama.cpp's converter states no window and no dense layers for Qwen")
+        if config.architectures[0] == "Qwen3MoeForCausalLM" and not config.norm_topk_prob:
+            pytest.skip("llama.cpp always renormalises Qwen3-MoE's top-k weights")
+        if getattr(config, "moe_intermediate_size", None):
+            writer.add_expert_feed_forward_length(config.moe_intermediate_size)
+        if getattr(config, "shared_expert_intermediate_size", None):
+            writer.add_expert_shared_feed_forward_length(config.shared_expert_intermediate_size)
+
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         extra = {"head_dim": 16} if architecture == "Qwen3ForCausalLM" else dict(MOE, head_dim=16)
         if architecture == "Qwen2MoeForCausalLM":
@@ -27,6 +41,7 @@ class TestQwen3Family(ModelFamilySuite):
             "qwen3-tied-biases-window-4-on-layer-1": self.tiny_config(
                 "Qwen3ForCausalLM", tie_word_embeddings=True, attention_bias=True, use_sliding_window=True,
                 sliding_window=4, max_window_layers=1),
+            "qwen3-moe-normalised": self.tiny_config("Qwen3MoeForCausalLM", norm_topk_prob=True),
             "qwen3-moe-normalised-dense-layer-0-window-6": self.tiny_config(
                 "Qwen3MoeForCausalLM", norm_topk_prob=True, mlp_only_layers=[0], use_sliding_window=True,
                 sliding_window=6),
