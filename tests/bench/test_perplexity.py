@@ -34,7 +34,8 @@ def test_the_text_ships_with_frame() -> None:
 
 def test_float32_perplexity_is_transformers(hf_reference, smol_source) -> None:
     n_ctx, first = 64, 3
-    result = frame_perplexity(EngineConfig(model=str(smol_source.path), dtype="float32", platform="cpu"), "float32",
+    result = frame_perplexity(EngineConfig(model=str(smol_source.path), dtype="float32", platform="cpu",
+                                           quantization="none"), "float32",
                               n_ctx, max_chunks=first)
     tokenizer = smol_source.tokenizer
     pieces = chunks(token_ids(tokenizer), n_ctx, bos_of(tokenizer))[:first]

@@ -15,7 +15,7 @@ NEAR_TIE = 0.25
 
 @pytest.fixture(scope="module")
 def llm() -> LLM:
-    return LLM(dtype="float32", cache="hashchain", sched="fcfs", max_model_len=1024)
+    return LLM(dtype="float32", cache="hashchain", sched="fcfs", max_model_len=1024, quantization="none")
 
 
 def _hf_greedy(model, prompt: list[int]) -> tuple[list[int], list[torch.Tensor]]:
@@ -74,7 +74,7 @@ def test_bfloat16_agrees_with_transformers_bfloat16(hf_reference, chat_prompts) 
     import copy
 
     hf_bf16 = copy.deepcopy(hf_reference).to(torch.bfloat16)
-    llm = LLM(dtype="bfloat16", max_model_len=1024)
+    llm = LLM(dtype="bfloat16", max_model_len=1024, quantization="none")
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=5)
     results = llm.generate([{"prompt_token_ids": p} for p in chat_prompts], params)
     identical, gaps = 0, []

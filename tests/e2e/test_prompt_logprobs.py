@@ -20,7 +20,8 @@ def _reference(model, prompt: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("budget", [4096, 13])  # the whole prompt in one step; chunks of 13 tokens, batched
 def test_prompt_logprobs_match_transformers(budget: int, hf_reference, chat_prompts) -> None:
-    llm = LLM(dtype="float32", max_model_len=1024, max_num_batched_tokens=budget, max_num_seqs=4)
+    llm = LLM(dtype="float32", max_model_len=1024, max_num_batched_tokens=budget, max_num_seqs=4,
+              quantization="none")
     prompts = chat_prompts[:4]
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=TOP)
     results = llm.generate([{"prompt_token_ids": p} for p in prompts], params)

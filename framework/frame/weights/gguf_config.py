@@ -209,9 +209,11 @@ def _gemma3(m: Metadata) -> dict[str, Any]:
     """Gemma 3's text model: local layers with their own rope base, global ones with the file's (and its scaling)."""
     config = _common(m)
     layers = config["num_hidden_layers"]
-    config.update(model_type="gemma3_text", sliding_window=int(m.get("attention.sliding_window", 4096)),
-                  layer_types=_gemma3_layers(m, layers), final_logit_softcapping=m.get("final_logit_softcapping"),
-                  attn_logit_softcapping=None, query_pre_attn_scalar=_query_scalar(config, 62),
+    window = m.get("attention.sliding_window")  # without one, llama.cpp runs every layer global
+    config.update(model_type="gemma3_text", sliding_window=int(window or 4096),
+                  layer_types=_gemma3_layers(m, layers) if window else ["full_attention"] * layers,
+                  final_logit_softcapping=m.get("final_logit_softcapping"), attn_logit_softcapping=None,
+                  query_pre_attn_scalar=_query_scalar(config, 62),
                   rope_parameters={"full_attention": _rope(m, config["head_dim"]),
                                    "sliding_attention": {"rope_type": "default",
                                                          "rope_theta": float(m.get("rope.freq_base_swa", 10000.0))}})

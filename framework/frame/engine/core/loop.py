@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from frame.config import EngineConfig
 from frame.engine.core.engine_core import EngineCore
-from frame.engine.selection import declared_quantization, select_model_family
+from frame.engine.selection import select_model_family, select_quantization
 from frame.engine.wire.client_core import (
     AbortRequests,
     AddRequests,
@@ -44,7 +44,8 @@ def ready_message(core: EngineCore, pid: int) -> Ready:
     """What the client needs to know about a freshly built core, and what it runs with."""
     selection, config = core.selection, core.config
     dtype = str(selection.dtype).removeprefix("torch.")
-    quantization = config.quantization or declared_quantization(core.source.hf_config)
+    method = select_quantization(core.hooks, config, core.source, selection.platform)  # as the worker chose it
+    quantization = method.name if method is not None else None
     paths = selection.platform.kernel_paths()
     packed = [path for fmt, path in paths.items() if fmt not in ("float32", "bfloat16", "float16")]
     isa_path = (packed[0] if quantization and packed else paths.get(dtype, ""))
