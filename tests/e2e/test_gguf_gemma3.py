@@ -1,0 +1,69 @@
+"""A Gemma 3 text model in a q8_0 GGUF written as llama.cpp's converter writes it (five local layers to one global,
+a window, the global rope base with linear scaling, norms stored ``+ 1``), served through the engine: the family
+comes from the file, the weights run packed by default, and dense weights on request give transformers' greedy
+tokens on the values the file holds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gguf
+import pytest
+import torch
+from frame import LLM, SamplingParams
+from frame.engine.core.loop import ready_message
+from frame.testing.gguf import as_stored, write_gguf
+from frame.testing.model import TINY, randomize_
+from frame.weights import open_weights
+from transformers import AutoModelForCausalLM, Gemma3TextConfig
+
+ROPE = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+PROMPT = [1, 5, 9, 14, 3, 27, 8, 40, 11, 6]
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """(transformers' model holding the file's values, the GGUF file)."""
+    config = Gemma3TextConfig(**{**TINY, "num_hidden_layers": 6, "tie_word_embeddings": True}, head_dim=16,
+                              query_pre_attn_scalar=16, sliding_window=4, rope_parameters=ROPE,
+                              architectures=["Gemma3ForCausalLM"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    randomize_(reference, seed=3)
+    folder = tmp_path_factory.mktemp("gemma3")
+    reference.save_pretrained(folder)
+
+    def keys(writer: gguf.GGUFWriter) -> None:  # what the converter's Gemma3Model writes beyond every model's
+        writer.add_sliding_window(4)
+        writer.add_rope_freq_base(100000.0)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(2.0)
+
+    path = folder / "tiny-gemma3.Q8_0.gguf"
+    write_gguf(open_weights(folder), path, "GEMMA3", 6, lambda n, t: t + 1 if n.endswith("norm.weight") else t,
+               config=config, file_type="q8_0", metadata=keys)
+    with torch.no_grad():
+        for name, param in reference.named_parameters():
+            param.copy_(as_stored(param.data, "q8_0", name))
+    return reference, path
+
+
+def test_the_file_serves_as_gemma3_packed_by_default_and_dense_on_request(gemma3) -> None:
+    reference, path = gemma3
+    with torch.no_grad():
+        out = reference.generate(torch.tensor([PROMPT]), max_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = out[0, len(PROMPT):].tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    dense = LLM(model=str(path), dtype="float32", max_model_len=64, quantization="none")
+    ready = ready_message(dense.engine, os.getpid())
+    assert (ready.family, ready.quantization) == ("gemma", None)
+    assert dense.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids == expected
+    dense.shutdown()
+    packed = LLM(model=str(path), dtype="float32", max_model_len=64)
+    platform = packed.engine.selection.platform
+    kernels = "q8_0" in platform.kernel_paths()
+    assert ready_message(packed.engine, os.getpid()).quantization == ("gguf" if kernels else None)
+    assert len(packed.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids) == 8
+    packed.shutdown()
