@@ -86,6 +86,14 @@ def test_an_architecture_no_family_reads_is_one_sentence(tmp_path: Path) -> None
         f"*.safetensors) instead, which the transformers fallback family may run.")
 
 
+def test_a_file_without_a_key_every_converted_model_has_is_one_sentence(tmp_path: Path) -> None:
+    path = write_file(tmp_path / "bare.gguf", "llama", keys=False)
+    with pytest.raises(UnsupportedModelError) as err:
+        _ = ModelSource.open(str(path)).hf_config
+    assert str(err.value) == ("bare.gguf lacks llama.attention.head_count, which llama.cpp's converter writes; "
+                              "convert the checkpoint again with llama.cpp's converter.")
+
+
 def test_a_truncated_file_is_one_sentence_on_the_command_line(tmp_path: Path) -> None:
     whole = write_file(tmp_path / "whole.gguf", "llama")
     cut = tmp_path / "cut.gguf"

