@@ -27,7 +27,7 @@ def mixed_prompts(chat_prompts, smol_source) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def llm() -> LLM:
-    return LLM(dtype="float32", max_model_len=512, max_num_batched_tokens=256)
+    return LLM(dtype="float32", quantization="none", max_model_len=512, max_num_batched_tokens=256)
 
 
 def test_batch_invariance(llm: LLM, mixed_prompts) -> None:
@@ -50,7 +50,7 @@ def test_prefix_cache_counts_salts_and_identical_outputs(chat_prompts, smol_sour
     shared = min(common_prefix_length(prompts[0], p, len(p)) for p in prompts)
     outputs = {}
     for cache, expected in expected_reuse.items():
-        llm = LLM(dtype="float32", cache=cache, max_model_len=512, block_size=BLOCK)
+        llm = LLM(dtype="float32", quantization="none", cache=cache, max_model_len=512, block_size=BLOCK)
         first = llm.generate(batch, GREEDY)
         second = llm.generate(batch, GREEDY)
         assert [r.num_cached_tokens for r in second] == expected, cache
@@ -67,8 +67,8 @@ def test_prefix_cache_counts_salts_and_identical_outputs(chat_prompts, smol_sour
 
 def test_preemption_loses_nothing_and_frees_the_pool(mixed_prompts) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    roomy = _greedy_tokens(LLM(dtype="float32", max_model_len=256), mixed_prompts[:6], params)
-    tight = LLM(dtype="float32", max_model_len=256, num_kv_blocks=18, block_size=BLOCK)
+    roomy = _greedy_tokens(LLM(dtype="float32", quantization="none", max_model_len=256), mixed_prompts[:6], params)
+    tight = LLM(dtype="float32", quantization="none", max_model_len=256, num_kv_blocks=18, block_size=BLOCK)
     assert _greedy_tokens(tight, mixed_prompts[:6], params) == roomy
     stats = tight.stats()
     assert stats.preemptions > 0

@@ -23,7 +23,7 @@ def prompts(chat_prompts, smol_source) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def reference(prompts) -> list[list[int]]:
-    llm = LLM(dtype="float32", max_model_len=512)
+    llm = LLM(dtype="float32", quantization="none", max_model_len=512)
     return generate(llm, prompts)
 
 
@@ -35,8 +35,8 @@ def generate(llm: LLM, prompts: list[list[int]], **params) -> list[list[int]]:
 
 @pytest.mark.parametrize("proposer", ["ngram", "draft"])
 def test_greedy_tokens_equal_those_without_speculation(proposer: str, prompts, reference) -> None:
-    llm = LLM(dtype="float32", max_model_len=512, speculative_proposer=proposer, num_speculative_tokens=3,
-              speculative_options={"num_blocks": 256} if proposer == "draft" else {})
+    llm = LLM(dtype="float32", quantization="none", max_model_len=512, speculative_proposer=proposer,
+              num_speculative_tokens=3, speculative_options={"num_blocks": 256} if proposer == "draft" else {})
     assert generate(llm, prompts) == reference
     stats = llm.stats()
     assert stats.spec_draft_tokens > 0 and stats.spec_accepted_tokens > 0
@@ -51,19 +51,20 @@ def test_greedy_tokens_equal_those_without_speculation(proposer: str, prompts, r
 
 
 def test_a_request_may_ask_for_fewer_drafts_but_not_more(prompts, reference) -> None:
-    llm = LLM(dtype="float32", max_model_len=512, speculative_proposer="ngram", num_speculative_tokens=2)
+    llm = LLM(dtype="float32", quantization="none", max_model_len=512, speculative_proposer="ngram",
+              num_speculative_tokens=2)
     assert generate(llm, prompts[:1], num_speculative_tokens=0) == reference[:1]
     assert llm.stats().spec_draft_tokens == 0
     with pytest.raises(InvalidSamplingError, match="num_speculative_tokens 5 exceeds this engine's 2"):
         generate(llm, prompts[:1], num_speculative_tokens=5)
-    plain = LLM(dtype="float32", max_model_len=256, num_kv_blocks=32)
+    plain = LLM(dtype="float32", quantization="none", max_model_len=256, num_kv_blocks=32)
     with pytest.raises(InvalidSamplingError, match="start it with --speculative-proposer"):
         generate(plain, prompts[:1], num_speculative_tokens=1)
 
 
 def test_preemption_and_sampling_with_drafts(prompts, reference) -> None:
     # A pool of 12 blocks cannot hold four requests of up to 100 tokens: some are preempted, drafts and all.
-    llm = LLM(dtype="float32", max_model_len=128, num_kv_blocks=12, speculative_proposer="ngram",
+    llm = LLM(dtype="float32", quantization="none", max_model_len=128, num_kv_blocks=12, speculative_proposer="ngram",
               num_speculative_tokens=3)
     assert generate(llm, prompts) == reference
     assert llm.stats().preemptions > 0
@@ -74,13 +75,13 @@ def test_preemption_and_sampling_with_drafts(prompts, reference) -> None:
 def test_no_drafts_while_the_batch_is_larger_than_the_limit(prompts, reference) -> None:
     # Four requests decode together above a limit of 2: nobody drafts until only two are left. With a limit of 4
     # the same requests draft from the first decode step.
-    limited = LLM(dtype="float32", max_model_len=512, speculative_proposer="ngram", num_speculative_tokens=3,
-                  speculative_disable_by_batch_size=2)
+    limited = LLM(dtype="float32", quantization="none", max_model_len=512, speculative_proposer="ngram",
+                  num_speculative_tokens=3, speculative_disable_by_batch_size=2)
     assert generate(limited, prompts, max_tokens=12) == [t[:12] for t in reference]
     assert limited.stats().spec_draft_tokens == 0  # all four run to the end together
     assert generate(limited, prompts[:1], max_tokens=40) == reference[:1]
     assert limited.stats().spec_draft_tokens > 0
-    free = LLM(dtype="float32", max_model_len=512, speculative_proposer="ngram", num_speculative_tokens=3,
-               speculative_disable_by_batch_size=4)
+    free = LLM(dtype="float32", quantization="none", max_model_len=512, speculative_proposer="ngram",
+               num_speculative_tokens=3, speculative_disable_by_batch_size=4)
     assert generate(free, prompts, max_tokens=12) == [t[:12] for t in reference]
     assert free.stats().spec_draft_tokens > 0

@@ -42,7 +42,7 @@ CONFIGS = {
 
 
 def generate(prompts: list[list[int]], params: SamplingParams = GREEDY, **engine_args) -> list[list[int]]:
-    llm = LLM(max_model_len=512, **engine_args)
+    llm = LLM(max_model_len=512, quantization="none", **engine_args)
     try:
         return [r.outputs[0].token_ids for r in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
     finally:
@@ -91,7 +91,7 @@ def test_bfloat16_two_ranks_agree_with_one_up_to_a_near_tie(chat_prompts) -> Non
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=5)
     outputs = {}
     for ranks in (1, 2):
-        llm = LLM(max_model_len=512, dtype="bfloat16", tensor_parallel_size=ranks)
+        llm = LLM(max_model_len=512, dtype="bfloat16", tensor_parallel_size=ranks, quantization="none")
         outputs[ranks] = [r.outputs[0] for r in llm.generate([{"prompt_token_ids": p} for p in chat_prompts],
                                                               params)]
         llm.engine.shutdown()
