@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -30,8 +31,33 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def write_file(path: Path, arch: str, keys: bool = True) -> Path:
-    """A two-layer GGUF of llama.cpp architecture ``arch`` with the tiny tokenizer and Llama-shaped tensors."""
+#: A Gemma-style sentencepiece vocabulary: specials, then pieces with their scores.
+SPM_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "\u2581", "a", "b", "c",
+              "\u2581a", "\u2581b", "ab"]
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                  "<end_of_turn>\n{% endfor %}")
+
+
+def write_spm_tokenizer(writer: gguf.GGUFWriter) -> list[str]:
+    """The converter's sentencepiece vocabulary (``tokenizer.ggml.model`` ``llama``), Gemma's special tokens."""
+    kinds = gguf.TokenType
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(SPM_TOKENS)
+    writer.add_token_scores([0.0] * 6 + [-1.0, -2.0, -3.0, -4.0, -1.5, -1.6, -1.7])
+    writer.add_token_types([int(k) for k in [kinds.CONTROL] * 3 + [kinds.UNKNOWN] + [kinds.USER_DEFINED] * 2]
+                           + [int(kinds.NORMAL)] * 7)
+    writer.add_pad_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_bos_token_id(2)
+    writer.add_unk_token_id(3)
+    writer.add_chat_template(GEMMA_TEMPLATE)
+    return SPM_TOKENS
+
+
+def write_file(path: Path, arch: str, keys: bool = True,
+               vocabulary: Callable[[gguf.GGUFWriter], list[str]] = lambda w: write_tiny_tokenizer(w, VOCAB)) -> Path:
+    """A two-layer GGUF of llama.cpp architecture ``arch`` with a tokenizer and Llama-shaped tensors."""
     writer = gguf.GGUFWriter(path, arch)
     if keys:
         writer.add_block_count(2)
@@ -41,9 +67,11 @@ def write_file(path: Path, arch: str, keys: bool = True) -> Path:
         writer.add_head_count(2)
         writer.add_head_count_kv(1)
         writer.add_layer_norm_rms_eps(1e-6)
-    write_tiny_tokenizer(writer, VOCAB)
+    if keys and arch == "gemma3":
+        writer.add_sliding_window(4)
+    tokens = vocabulary(writer)
     rng = np.random.default_rng(0)
-    writer.add_tensor("token_embd.weight", rng.standard_normal((VOCAB, 32), dtype=np.float32))
+    writer.add_tensor("token_embd.weight", rng.standard_normal((len(tokens), 32), dtype=np.float32))
     for layer in range(2):
         for name, shape in (("attn_q", (32, 32)), ("attn_k", (16, 32)), ("attn_v", (16, 32)),
                             ("attn_output", (32, 32)), ("ffn_gate", (64, 32)), ("ffn_up", (64, 32)),
@@ -73,6 +101,21 @@ def test_tokenizer_special_tokens_and_chat_template_come_from_the_file(tmp_path:
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
     assert rendered == "<s>user:hi</s>"
     assert tokenizer("<s>hi</s>").input_ids[0] == 1  # special tokens stay whole
+
+
+def test_a_gemma3_file_with_a_sentencepiece_vocabulary(tmp_path: Path) -> None:
+    """The issue's case: llama.cpp's ``gemma3`` is the gemma family's Gemma 3 text model, five local layers in six
+    (both local here: two layers), and its sentencepiece tokenizer is Gemma's, adding BOS, with the file's
+    template."""
+    source = ModelSource.open(str(write_file(tmp_path / "tiny-gemma3.gguf", "gemma3", vocabulary=write_spm_tokenizer)))
+    assert source.architecture == "Gemma3ForCausalLM"
+    assert source.hf_config.layer_types == ["sliding_attention", "sliding_attention"]
+    assert source.hf_config.sliding_window == 4
+    tokenizer = source.tokenizer
+    assert tokenizer.convert_ids_to_tokens(tokenizer("a b").input_ids) == ["<bos>", "a", "\u2581b"]
+    assert source.eos_token_ids == frozenset({1})
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "ab"}], tokenize=False) == (
+        "<bos><start_of_turn>user\nab<end_of_turn>\n")
 
 
 def test_an_architecture_no_family_reads_is_one_sentence(tmp_path: Path) -> None:
