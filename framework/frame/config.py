@@ -92,6 +92,9 @@ class EngineConfig(BaseModel):
     grammar_backend: str = Field("xgrammar", description="structured-output grammar backend plugin (requests' "
                                  "response_format / structured_outputs)")
     grammar_options: dict[str, Any] = Field(default_factory=dict, description="options of the grammar backend")
+    grammar_cache_bytes: int = Field(
+        512 << 20, ge=0, description="bytes of compiled grammars the engine keeps for reuse, least recently used "
+        "evicted first (a 20,000-branch regex holds tens of megabytes)")
     reserved_cores: int | None = Field(
         None, ge=0, description="cores an engine in its own process (frame serve) leaves to the API server: its "
         "affinity excludes them, so its compute threads never contend with the server's event loop; default: 1 "

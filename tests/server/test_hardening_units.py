@@ -39,6 +39,8 @@ def test_a_message_the_engine_cannot_decode_never_leaves_the_client(mode):
 
 def test_the_engine_loop_rejects_a_request_it_cannot_add_and_goes_on():
     class Core:
+        structured = None  # no constrained requests here
+
         def add_request(self, req: EngineRequest) -> None:
             if req.request_id == "bad-0":
                 raise TypeError("not a token id")

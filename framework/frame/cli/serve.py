@@ -17,9 +17,11 @@ from frame.errors import ConfigError
 ENGINE_MODES = ("mp", "inproc")
 #: Flags that must be at least 1 (the rest of the numeric server flags must be positive, or 0 for max-logprobs).
 _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars", "max_prompt_chars",
+           "max_stop_token_ids", "max_choice_chars",
            "max_body_bytes", "max_connections", "max_connections_per_client", "max_connections_per_key",
            "tokenizer_workers")
-_SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout")
+_SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout",
+            "grammar_compile_timeout")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-waiting-requests", type=int, default=512,
                         help="sequences waiting for a first token before new requests get 503")
     limits.add_argument("--max-stop-chars", type=int, default=4096, help="characters of all stop strings together")
+    limits.add_argument("--max-stop-token-ids", type=int, default=256, help="ids in a request's stop_token_ids")
+    limits.add_argument("--max-choice-chars", type=int, default=16384,
+                        help="characters of one structured_outputs.choice string")
+    limits.add_argument("--grammar-compile-timeout", type=float, default=10.0,
+                        help="seconds a request's constraint may take to compile before it is answered 400")
     limits.add_argument("--max-prompt-chars", type=int, default=1 << 20,
                         help="characters a request may tokenise: its text prompts, or its rendered conversation")
     http = parser.add_argument_group("connection limits")
@@ -180,12 +187,14 @@ def run(args: argparse.Namespace) -> int:
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
-        tokenize_timeout_s=args.tokenize_timeout, http=http, tool_parser=config.tool_parser or DEFAULT_TOOL_PARSER,
+        tokenize_timeout_s=args.tokenize_timeout, grammar_compile_timeout_s=args.grammar_compile_timeout, http=http,
+        tool_parser=config.tool_parser or DEFAULT_TOOL_PARSER,
         tool_parser_options=config.tool_parser_options,
         enable_reset_prefix_cache=args.enable_reset_prefix_cache, chat_template=chat_template(args.chat_template),
         limits=ServerLimits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
                             max_waiting_requests=args.max_waiting_requests, max_stop_chars=args.max_stop_chars,
-                            max_prompt_chars=args.max_prompt_chars),
+                            max_prompt_chars=args.max_prompt_chars, max_stop_token_ids=args.max_stop_token_ids,
+                            max_choice_chars=args.max_choice_chars),
     )
     logging.getLogger("frame").setLevel(args.log_level.upper())
     return run_server(build_app(config, settings), args.host, args.port, args.drain_timeout, args.log_level, http,

@@ -55,6 +55,11 @@ class GrammarBackend(ABC):
     def matcher(self, compiled: Any) -> GrammarMatcher:
         """A fresh matcher at the start of ``compiled``."""
 
+    def memory_bytes(self, compiled: Any) -> int:
+        """Bytes ``compiled`` holds, for the engine's grammar cache bound (``--grammar-cache-bytes``); the default
+        0 leaves such grammars bounded by the cache's entry count alone. Called from the engine's compile thread."""
+        return 0
+
 
 # -- the bitmask format ---------------------------------------------------------------------------------
 def words_for(vocab_size: int) -> int:

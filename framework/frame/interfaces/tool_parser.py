@@ -23,25 +23,31 @@ MAX_JSON_CHARS = 1 << 22
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 
 
+class JSONBoundError(ValueError):
+    """JSON text past :func:`load_json`'s size or depth bound (well formed or not): a server answering a client
+    names the bound; a parser treats it as malformed text."""
+
+
 def load_json(text: str, max_depth: int = MAX_JSON_DEPTH, max_chars: int = MAX_JSON_CHARS) -> Any:
     """``json.loads`` for text a model (or a client) wrote, bounded in size and depth: raises ValueError (a
     ``json.JSONDecodeError`` for malformed JSON) instead of a RecursionError or minutes of work, so a parser can
-    treat too-deep or too-long text as it treats malformed text. The depth is measured without recursion first."""
+    treat too-deep or too-long text as it treats malformed text (:class:`JSONBoundError` tells them apart). The
+    depth is measured without recursion first."""
     if len(text) > max_chars:
-        raise ValueError(f"the JSON text is {len(text)} characters long, over the limit of {max_chars}")
+        raise JSONBoundError(f"the JSON text is {len(text)} characters long, over the limit of {max_chars}")
     depth = 0
     for token in _TOKENS.finditer(text):
         bracket = token.group()
         if bracket in "[{":
             depth += 1
             if depth > max_depth:
-                raise ValueError(f"the JSON text nests more than {max_depth} levels deep")
+                raise JSONBoundError(f"the JSON text nests more than {max_depth} levels deep")
         elif bracket in "]}":
             depth -= 1
     try:
         return json.loads(text)
     except RecursionError:  # a depth the scan did not see (malformed strings): still just bad JSON
-        raise ValueError("the JSON text nests too deeply") from None
+        raise JSONBoundError("the JSON text nests too deeply") from None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,9 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
         metrics = ServerMetrics()
         state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, metrics,
                             Prompts(tokenizer, pool, settings),
-                            ConstraintChecker(config, tokenizer, info.vocab_size, stops, metrics.grammar_compilations))
+                            ConstraintChecker(config, tokenizer, info.vocab_size, stops, metrics.grammar_compilations,
+                                              settings.grammar_compile_timeout_s, settings.limits.max_choice_chars,
+                                              metrics.grammar_seconds))
         app.state.frame = state
 
         async def restart_engine() -> EngineClient:

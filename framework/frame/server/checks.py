@@ -98,6 +98,7 @@ def sampling_params(req: SamplingFields, limits: ServerLimits, *, max_tokens: in
         raise InvalidSamplingError(f"seed {req.seed} with n={req.n} gives the last completion seed "
                                    f"{req.seed + req.n - 1}, past 64 bits; send a seed of at most "
                                    f"{UINT64_MAX - req.n + 1}.", param="seed")
+    _limit(len(req.stop_token_ids or ()), limits.max_stop_token_ids, "stop_token_ids", "stop token ids")
     if req.stop_token_ids:
         check_token_ids(req.stop_token_ids, vocab_size, "stop_token_ids")
     check_cache_salt(req.cache_salt)

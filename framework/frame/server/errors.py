@@ -22,6 +22,11 @@ from frame.errors import FrameUsageError
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
           413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}
+#: FastAPI's answer when parsing the body raised something other than a JSON syntax error: in practice a
+#: RecursionError, Python's json parser recursing once per level of nesting.
+_UNPARSED = "There was an error parsing the body"
+UNPARSED_BODY = ("The request body nests arrays and objects deeper than this server's JSON parser goes (Python's "
+                 "recursion limit, about 1,000 levels; each field has a lower bound of its own); send a flatter body.")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
 #: Tags pydantic puts in an error's location for the members of a union; never field names here.
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
@@ -161,5 +166,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException) -> JSONResponse:
+        if err.status_code == 400 and err.detail == _UNPARSED:
+            return _reply(request, error_body(UNPARSED_BODY, 400, "invalid_json"), 400)
         return _reply(request, error_body(str(err.detail), err.status_code, _HTTP_CODES.get(err.status_code)),
                       err.status_code, getattr(err, "headers", None))

@@ -61,6 +61,9 @@ _GAUGES = {
                                           "spec_acceptance_rate"),
     "frame_spec_decode_mean_accepted_length": ("tokens a verification step emits on average",
                                                "spec_mean_accepted_length"),
+    "frame_grammar_cache_entries": ("compiled grammars the engine keeps", "grammar_cache_entries"),
+    "frame_grammar_cache_bytes": ("bytes of compiled grammars the engine keeps (--grammar-cache-bytes bounds it)",
+                                  "grammar_cache_bytes"),
 }
 _COUNTERS = {
     "frame_prefix_cache_queries": ("prompt tokens looked up in the prefix cache", "prefix_query_tokens"),
@@ -72,6 +75,10 @@ _COUNTERS = {
     "frame_engine_generation_tokens": ("tokens the engine generated", "generation_tokens"),
     "frame_spec_decode_draft_tokens": ("draft tokens verified", "spec_draft_tokens"),
     "frame_spec_decode_accepted_tokens": ("draft tokens the target kept", "spec_accepted_tokens"),
+    "frame_grammar_cache_evictions": ("compiled grammars the engine dropped from its cache (or never kept: larger "
+                                      "than the bound)", "grammar_cache_evictions"),
+    "frame_engine_grammar_compile_seconds": ("seconds the engine spent compiling grammars",
+                                             "grammar_compile_seconds"),
 }
 
 
@@ -90,7 +97,10 @@ class ServerMetrics:
                                 registry=r)
         self.grammar_compilations = Counter(
             "frame_grammar_compilations", "constraints the server compiled ('compiled', 'failed'), found compiled "
-            "('cached'), or skipped because the client had left ('skipped_disconnected')", ["outcome"], registry=r)
+            "('cached'), refused for passing --grammar-compile-timeout ('timed_out'), or skipped because the client "
+            "had left ('skipped_disconnected')", ["outcome"], registry=r)
+        self.grammar_seconds = Histogram("frame_grammar_compile_seconds", "seconds the server took to compile each "
+                                         "constraint it checked", buckets=_LATENCY_BUCKETS, registry=r)
         self.engine_restarts = Counter("frame_engine_restarts", "engines started again after one died", registry=r)
         self.in_flight = Gauge("frame_server_requests_in_flight", "requests the server is handling", registry=r)
         self.ttft = Histogram("frame_time_to_first_token_seconds", "time to first token", buckets=_LATENCY_BUCKETS,

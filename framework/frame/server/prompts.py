@@ -116,7 +116,7 @@ class Prompts:
             raise ServerError("This model has no chat template; use /v1/completions.", status=400,
                               code="no_chat_template", param="messages")
         check_plain(variables, "chat_template_kwargs")
-        conversation = [template_message(m) for m in messages]
+        conversation = [template_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
         check_plain(conversation, "messages")
         if tools is not None:
             check_plain(tools, "tools")

@@ -24,6 +24,10 @@ class ServerLimits:
     max_prompts: int = 64
     #: Characters a request may ask to tokenise: its text prompts together, or its rendered conversation.
     max_prompt_chars: int = 1 << 20
+    #: Token ids in a request's ``stop_token_ids`` (each step checks the new token against them).
+    max_stop_token_ids: int = 256
+    #: Characters of one ``structured_outputs.choice`` string (its compile time grows with the square).
+    max_choice_chars: int = 16384
 
 
 @dataclass
@@ -73,6 +77,8 @@ class ServerSettings:
     trust_request_chat_template: bool = False
     tokenizer_workers: int = 2
     tokenize_timeout_s: float = 10.0
+    #: Seconds the server gives a constraint to compile before answering 400 (``--grammar-compile-timeout``).
+    grammar_compile_timeout_s: float = 10.0
     #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.
     tool_parser: str = "hermes"
     #: Its options (``--tool-parser-opt KEY=VALUE``, ``tool_parser_options`` in a config file), validated against

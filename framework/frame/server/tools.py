@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from frame.errors import FrameUsageError
-from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser, load_json
+from frame.interfaces.tool_parser import MAX_JSON_CHARS, JSONBoundError, ParsedText, ToolCall, ToolParser, load_json
 from frame.sampling_params import StructuredOutputs
+from frame.server.handoff import MAX_DEPTH
 from frame.server.schemas import ChatCompletionRequest, ChatMessage
 
 log = logging.getLogger("frame.server")
@@ -105,16 +106,17 @@ def template_tools(req: ChatCompletionRequest, plan: ToolPlan) -> list[dict[str,
     return [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in req.tools]
 
 
-def template_message(message: ChatMessage) -> dict[str, Any]:
-    """One message as the chat template sees it, with its tool calls (arguments as objects, as templates
-    expect) or the call it answers."""
+def template_message(message: ChatMessage, param: str = "messages") -> dict[str, Any]:
+    """One message (``param``, for errors) as the chat template sees it, with its tool calls (arguments as
+    objects, as templates expect) or the call it answers."""
     out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
                            "content": message.text()}
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments)}}
-            for call in message.tool_calls]
+             "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments,
+                                                                        f"{param}.tool_calls[{i}].function.arguments")}}
+            for i, call in enumerate(message.tool_calls)]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     if message.name is not None:
@@ -122,10 +124,16 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def _arguments(text: str) -> Any:
+def _arguments(text: str, param: str) -> Any:
+    """Arguments JSON as an object; text that is not JSON goes to the template as text, but JSON past the
+    bounds is the request's 400 (a template would recurse once per level, and parsing it costs the event loop)."""
     try:
-        return load_json(text)
-    except ValueError:  # not JSON (or too deep, too long): the template gets the text
+        return load_json(text, max_depth=MAX_DEPTH)
+    except JSONBoundError:
+        raise FrameUsageError(f"{param} is JSON longer than {MAX_JSON_CHARS} characters or nested more than "
+                              f"{MAX_DEPTH} levels deep, past what this server parses; send flatter, shorter "
+                              "arguments.", param=param) from None
+    except ValueError:  # not JSON: the template gets the text
         return text
 
 

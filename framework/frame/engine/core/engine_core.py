@@ -71,7 +71,8 @@ class EngineCore:
             max_long_partial_prefills=config.max_long_partial_prefills,
         )
         policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
-        self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size))
+        self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size),
+                                                  config.grammar_cache_bytes)
         self.scheduler = Scheduler(self.limits, self.cache, policy, self.structured, self.eos_token_ids)
         self._stats = EngineStats(num_blocks=self.num_blocks)
         self.hooks.engine_started(config)
@@ -194,6 +195,9 @@ class EngineCore:
         s.prefix_queries, s.prefix_query_tokens, s.prefix_hit_tokens = c.queries, c.query_tokens, c.hit_tokens
         s.evictions = c.evictions
         s.preemptions = self.scheduler.num_preemptions
+        grammars = self.structured.cache
+        s.grammar_cache_entries, s.grammar_cache_bytes = len(grammars), grammars.bytes
+        s.grammar_cache_evictions, s.grammar_compile_seconds = grammars.evictions, grammars.compile_seconds
         return s
 
     def shutdown(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from frame.config import EngineConfig
+from frame.engine.core.compile_queue import CompileQueue
 from frame.engine.core.engine_core import EngineCore
 from frame.engine.selection import select_model_family, select_quantization
 from frame.engine.wire.client_core import (
@@ -29,6 +30,7 @@ from frame.engine.wire.client_core import (
     StatsReply,
     ToEngine,
 )
+from frame.engine.wire.requests import EngineRequest
 from frame.errors import FrameUsageError
 from frame.interfaces.kv_dtype import kv_dtype_name
 
@@ -36,6 +38,8 @@ log = logging.getLogger("frame.engine.loop")
 
 #: How long an idle loop blocks on its input before looking around again (seconds).
 IDLE_WAIT_S = 1.0
+#: How long it blocks while a grammar compiles and nothing else runs (the compile's end is polled, not signalled).
+COMPILE_WAIT_S = 0.02
 
 T = TypeVar("T")
 
@@ -88,26 +92,38 @@ class EngineLoop:
         self.core = core
         self.send = send
         self.received = 0
+        self.compiling = CompileQueue(core.structured)
 
     def load(self) -> CoreLoad:
-        return CoreLoad(self.received, self.core.num_requests, self.core.outstanding_tokens())
+        return CoreLoad(self.received, self.core.num_requests + len(self.compiling), self.core.outstanding_tokens())
+
+    def _add(self, req: EngineRequest, error: BaseException | None = None) -> None:
+        """Hand ``req`` to the core (or, with ``error`` from its compile, reject it); a bad request is a Rejected
+        answer, never the end of the loop."""
+        try:
+            if error is not None:
+                raise error
+            self.core.add_request(req)
+        except FrameUsageError as err:
+            self.send(Rejected(req.request_id, err.message, err.status, err.code, err.param))
+        except ValueError as err:
+            self.send(Rejected(req.request_id, str(err)))
+        except Exception:  # one request the core cannot take must not end the loop for every other
+            log.exception("the engine could not add request %s", req.request_id)
+            self.send(Rejected(req.request_id, "The engine could not add this request.", 500, "internal_error"))
 
     def handle(self, msg: ToEngine) -> bool:
         """Apply one message; False means shut down."""
         if isinstance(msg, AddRequests):
             self.received += len(msg.requests)
             for req in msg.requests:
-                try:
-                    self.core.add_request(req)
-                except FrameUsageError as err:
-                    self.send(Rejected(req.request_id, err.message, err.status, err.code, err.param))
-                except ValueError as err:
-                    self.send(Rejected(req.request_id, str(err)))
-                except Exception:  # one request the core cannot take must not end the loop for every other
-                    log.exception("the engine could not add request %s", req.request_id)
-                    self.send(Rejected(req.request_id, "The engine could not add this request.", 500,
-                                       "internal_error"))
+                if self.compiling.needs(req):
+                    self.compiling.submit(req)
+                else:
+                    self._add(req)
         elif isinstance(msg, AbortRequests):
+            for req_id in self.compiling.cancel(msg.request_ids):  # the client forgets it on this answer
+                self.send(Rejected(req_id, "The request was aborted while its grammar compiled.", 499, "aborted"))
             outputs = self.core.abort(msg.request_ids)
             if outputs:
                 self.send(Outputs(outputs, self.load()))
@@ -126,17 +142,21 @@ class EngineLoop:
         try:
             self._run(recv)
         finally:
+            self.compiling.close()
             self.core.shutdown()
 
     def _run(self, recv: Callable[[float], list[ToEngine]]) -> None:
         while True:
             busy = self.core.has_unfinished()
-            msgs = recv(0.0 if busy else IDLE_WAIT_S)
+            msgs = recv(0.0 if busy else COMPILE_WAIT_S if self.compiling else IDLE_WAIT_S)
             for msg in msgs:
                 if not self.handle(msg):
                     log.info("engine loop shutting down")
                     return
-            if any(isinstance(msg, AddRequests) for msg in msgs):
+            compiled = self.compiling.ready()
+            for req, error in compiled:
+                self._add(req, error)
+            if compiled or any(isinstance(msg, AddRequests) for msg in msgs):
                 self.send(Outputs([], self.load()))
             if self.core.has_unfinished():
                 outputs = self.core.step()

@@ -1,7 +1,9 @@
 """StructuredOutputManager: each constrained request's grammar matcher, and the masks of every step.
 
-Runs in the engine core beside the scheduler. A request with ``structured_outputs`` is compiled when it is added
-(one compilation per distinct constraint, cached) and gets a matcher. Before each step the manager writes one
+Runs in the engine core beside the scheduler. A request with ``structured_outputs`` gets a matcher when it is
+added; its grammar comes from the cache (:class:`~frame.engine.core.grammar_cache.GrammarCache`, bounded in bytes),
+or was compiled just before in the loop's compile thread (:mod:`frame.engine.core.compile_queue`), or is compiled
+then. Before each step the manager writes one
 mask row per position the step samples for it (its last token, then every draft it verifies, advancing the
 matcher over the drafts and rolling back); after the step it advances the matcher over the tokens emitted, and
 keeps only the drafts the grammar allows for the next step. The grammar backend plugin is created on first use.
@@ -9,12 +11,13 @@ keeps only the drafts the grammar allows for the next step. The grammar backend 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from frame.engine.core.grammar_cache import GrammarCache, digest
 from frame.interfaces.grammar import GrammarBackend, GrammarMatcher, words_for
 from frame.sampling_params import StructuredOutputs
 
@@ -22,18 +25,20 @@ if TYPE_CHECKING:
     from frame.engine.wire.plan import RequestSample
     from frame.sequence import Sequence
 
-#: Compiled grammars kept for reuse (a JSON schema compiles in milliseconds to seconds).
-CACHE_SIZE = 256
+#: Bytes of compiled grammars kept for reuse by default (``--grammar-cache-bytes``).
+CACHE_BYTES = 512 << 20
 
 
 class StructuredOutputManager:
     """Matchers by request id; ``backend_factory()`` builds the grammar backend the first time one is needed."""
 
-    def __init__(self, backend_factory: Any, vocab_size: int) -> None:
+    def __init__(self, backend_factory: Any, vocab_size: int, cache_bytes: int = CACHE_BYTES) -> None:
         self._factory = backend_factory
         self._backend: GrammarBackend | None = None
         self.words = words_for(vocab_size)
-        self._compiled: OrderedDict[str, Any] = OrderedDict()
+        self.cache = GrammarCache(cache_bytes)
+        #: Grammars the compile thread finished for requests about to be added (too large for the cache, maybe).
+        self._fresh: dict[bytes, Any] = {}
         self._matchers: dict[str, GrammarMatcher] = {}
 
     @property
@@ -42,15 +47,42 @@ class StructuredOutputManager:
             self._backend = self._factory()
         return self._backend
 
+    def is_ready(self, spec: StructuredOutputs) -> bool:
+        """True when ``spec``'s grammar needs no compiling (cached, or just compiled)."""
+        key = digest(spec)
+        return key in self._fresh or key in self.cache
+
+    def build(self, spec: StructuredOutputs) -> tuple[Any, int, float]:
+        """Compile ``spec`` uncached: the grammar, its size in bytes and the seconds it took. Touches no state of
+        the manager but the backend's creation, so the loop's compile thread may call it (the backend is created
+        by the loop first: see :meth:`prepare`)."""
+        started = time.perf_counter()
+        compiled = self.backend.compile(spec)
+        return compiled, self.backend.memory_bytes(compiled), time.perf_counter() - started
+
+    def prepare(self) -> None:
+        """Create the backend now (in the loop thread), before a compile thread uses it."""
+        _ = self.backend
+
+    def store(self, spec: StructuredOutputs, built: tuple[Any, int, float]) -> None:
+        """Keep a grammar :meth:`build` returned, for the request that asked for it and in the cache."""
+        compiled, size, seconds = built
+        key = digest(spec)
+        self.cache.compile_seconds += seconds
+        self.cache.put(key, compiled, size)
+        self._fresh[key] = compiled
+
     def compile(self, spec: StructuredOutputs) -> Any:
         """The compiled grammar of ``spec`` (cached); raises the backend's usage error for a bad constraint."""
-        key = spec.key()
-        if key in self._compiled:
-            self._compiled.move_to_end(key)
-            return self._compiled[key]
-        compiled = self._compiled[key] = self.backend.compile(spec)
-        if len(self._compiled) > CACHE_SIZE:
-            self._compiled.popitem(last=False)
+        key = digest(spec)
+        fresh = self._fresh.pop(key, None)
+        if fresh is not None:
+            return fresh
+        compiled = self.cache.get(key)
+        if compiled is None:
+            built = self.build(spec)
+            self.store(spec, built)
+            compiled = self._fresh.pop(key)
         return compiled
 
     def add(self, req_id: str, spec: StructuredOutputs) -> None:

@@ -60,7 +60,8 @@ class EngineStats(msgspec.Struct, kw_only=True):
 
     ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step.
     ``spec_*``: speculative decoding's drafts verified, drafts kept, and steps that verified drafts.
-    ``prefix_cache_resets``: resets that emptied the prefix cache (one asked while requests hold blocks does not)."""
+    ``prefix_cache_resets``: resets that emptied the prefix cache (one asked while requests hold blocks does not).
+    ``grammar_*``: the compiled-grammar cache (entries, bytes, evictions) and the seconds spent compiling."""
 
     num_running: int = 0
     num_waiting: int = 0
@@ -81,6 +82,10 @@ class EngineStats(msgspec.Struct, kw_only=True):
     spec_accepted_tokens: int = 0
     spec_verifications: int = 0
     prefix_cache_resets: int = 0
+    grammar_cache_entries: int = 0
+    grammar_cache_bytes: int = 0
+    grammar_cache_evictions: int = 0
+    grammar_compile_seconds: float = 0.0
 
     @property
     def spec_acceptance_rate(self) -> float:

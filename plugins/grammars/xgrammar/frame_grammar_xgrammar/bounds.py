@@ -5,6 +5,11 @@ xgrammar parses a repetition count (``a{4294967296}`` in a regex, ``"a"{0,429496
 satisfies ``a{4294967296}``. JSON schema's length and item counts (``maxLength``, ``maxProperties``) wrap the same
 way where xgrammar does not check them itself. So every count past :data:`MAX_COUNT` is a usage error naming the
 field, never a grammar that means something else.
+
+Some counts xgrammar holds still cost too much: a JSON schema's ``pattern`` is expanded (``a{2000}`` compiles in
+0.4 s, ``a{12000}`` in minutes), while a regex or an EBNF grammar keeps a repetition as one node (``a{10000000}``
+compiles at once). So the backend's options lower the bounds: ``max_repeat`` (regexes and grammars),
+``max_pattern_repeat`` (schema patterns) and ``max_schema_depth``, each named in the message that refuses.
 """
 
 from __future__ import annotations
@@ -53,32 +58,38 @@ def _too_large(digits: str) -> bool:
     return len(digits) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT
 
 
-def check_repetitions(text: str, field: str, ebnf: bool = False, what: str | None = None) -> None:
+def check_repetitions(text: str, field: str, ebnf: bool = False, what: str | None = None,
+                      limit: int = MAX_COUNT, option: str = "max_repeat") -> None:
     """Raise a usage error naming ``field`` when ``text`` (``what`` of it, for the message) repeats something more
-    than :data:`MAX_COUNT` times."""
+    than ``limit`` times (at most :data:`MAX_COUNT`; ``option`` is the backend option that sets it)."""
     for digits in repetition_counts(text, ebnf):
-        if _too_large(digits):
+        if _too_large(digits) or int(digits) > limit:
             shown = digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
-            raise InvalidSamplingError(f"{what or field} repeats {shown} times, more than the grammar backend can "
-                                       f"count ({MAX_COUNT}); use a smaller count, or '*' / '+' for no bound.",
-                                       param=field)
+            if limit >= MAX_COUNT:
+                reason = f"more than the grammar backend can count ({MAX_COUNT})"
+            else:
+                reason = f"over this server's limit of {limit} (--grammar-opt {option}=N)"
+            raise InvalidSamplingError(f"{what or field} repeats {shown} times, {reason}; use a smaller count, or "
+                                       "'*' / '+' for no bound.", param=field)
 
 
-def check_schema_counts(schema: Any, field: str) -> None:
-    """The same for a JSON schema: its ``pattern`` regexes and its length and item counts, at any depth; and the
-    schema nests at most :data:`MAX_SCHEMA_DEPTH` levels."""
+def check_schema_counts(schema: Any, field: str, max_depth: int = MAX_SCHEMA_DEPTH,
+                        max_pattern_repeat: int = MAX_COUNT) -> None:
+    """The same for a JSON schema: its ``pattern`` regexes (repetitions up to ``max_pattern_repeat``) and its length
+    and item counts, at any depth; and the schema nests at most ``max_depth`` levels."""
     stack = [(schema, 0)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, (list, dict)) and depth >= MAX_SCHEMA_DEPTH:
-            raise InvalidSamplingError(f"{field} nests more than {MAX_SCHEMA_DEPTH} levels deep, more than this "
-                                       "server compiles; send a flatter schema.", param=field)
+        if isinstance(node, (list, dict)) and depth >= max_depth:
+            raise InvalidSamplingError(f"{field} nests more than {max_depth} levels deep, over this server's limit "
+                                       "(--grammar-opt max_schema_depth=N); send a flatter schema.", param=field)
         if isinstance(node, list):
             stack.extend((item, depth + 1) for item in node)
         elif isinstance(node, dict):
             for key, value in node.items():
                 if key == "pattern" and isinstance(value, str):
-                    check_repetitions(value, field, what=f"A pattern in {field}")
+                    check_repetitions(value, field, what=f"A pattern in {field}", limit=max_pattern_repeat,
+                                      option="max_pattern_repeat")
                 elif key in _COUNT_KEYWORDS and isinstance(value, int) and not isinstance(value, bool) \
                         and value > MAX_COUNT:
                     raise InvalidSamplingError(f"{field} has {key} {value}, more than the grammar backend can "

@@ -102,7 +102,9 @@ def test_counts_past_32_bits_are_refused_not_wrapped(backend, spec, field: str) 
     """xgrammar keeps repetition counts in 32 bits: a{4294967296} would become a{0} and accept the empty output."""
     with pytest.raises(InvalidSamplingError) as err:
         backend.compile(spec)
-    assert err.value.param == field and "2147483647" in str(err.value), str(err.value)
+    # A schema pattern meets the lower max_pattern_repeat bound first; the others name xgrammar's 32-bit bound.
+    assert err.value.param == field, str(err.value)
+    assert "2147483647" in str(err.value) or "max_pattern_repeat=N" in str(err.value), str(err.value)
 
 
 def test_counts_xgrammar_holds_and_literal_braces_still_compile(backend) -> None:
@@ -123,3 +125,29 @@ def test_a_schema_nested_past_the_limit_is_refused_before_compiling(backend) -> 
         assert err.value.param == "structured_outputs.json", str(err.value)
     shallow = '{"type": "array", "items": ' * 8 + '{"type": "integer"}' + "}" * 8
     backend.compile(StructuredOutputs(json=shallow))
+
+
+def test_the_options_lower_the_bounds_and_the_message_names_the_option(tokenizer) -> None:
+    """max_repeat, max_pattern_repeat and max_schema_depth refuse past their values, naming the option to raise."""
+    from frame_grammar_xgrammar.backend import XGrammarOptions
+
+    options = XGrammarOptions(max_repeat=50, max_pattern_repeat=20, max_schema_depth=4)
+    small = XGrammarBackend(tokenizer, VOCAB, [2], options)
+    pattern = json.dumps({"type": "string", "pattern": "a{21}"})
+    nested = '{"type": "array", "items": ' * 4 + '{"type": "integer"}' + "}" * 4
+    for spec, option in ((StructuredOutputs(regex="a{51}"), "max_repeat=N"),
+                         (StructuredOutputs(grammar='root ::= "a"{0,51}'), "max_repeat=N"),
+                         (StructuredOutputs(json=pattern), "max_pattern_repeat=N"),
+                         (StructuredOutputs(json=nested), "max_schema_depth=N")):
+        with pytest.raises(InvalidSamplingError) as err:
+            small.compile(spec)
+        assert option in str(err.value), str(err.value)
+    small.compile(StructuredOutputs(regex="a{50}"))
+    small.compile(StructuredOutputs(json=json.dumps({"type": "string", "pattern": "a{20}"})))
+
+
+def test_memory_bytes_reports_the_compiled_size(backend) -> None:
+    """The engine's grammar cache bound counts these bytes: a bigger alternation reports more."""
+    small = backend.memory_bytes(backend.compile(StructuredOutputs(regex="a|b")))
+    large = backend.memory_bytes(backend.compile(StructuredOutputs(regex="|".join(f"w{i}x" for i in range(3000)))))
+    assert 0 < small < large, (small, large)

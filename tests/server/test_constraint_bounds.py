@@ -1,0 +1,124 @@
+"""Costly requests are bounded (issue 36): deep JSON in tool-call arguments, costly constraints, the grammar cache.
+
+One `frame serve` of its own: a 2 s compile limit and 200,000-character choices (so a choice can run past the
+limit without the size bound refusing it first), and a 2 MiB grammar cache (so a handful of regexes fill it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+COMPILE_TIMEOUT_S = 2.0
+CACHE_BYTES = 2 << 20
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, serve_tools):
+    start_serve, stop_serve = serve_tools
+    srv = start_serve(tmp_path_factory.mktemp("bounds"), "--grammar-compile-timeout", str(COMPILE_TIMEOUT_S),
+                      "--max-choice-chars", "200000", "--grammar-cache-bytes", str(CACHE_BYTES))
+    yield srv
+    stop_serve(srv)
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _history(arguments: str) -> list[dict]:
+    return [{"role": "user", "content": "Look it up."},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                  "function": {"name": "lookup", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "found"}]
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_nested_tool_call_arguments_are_a_400_naming_the_bound(server, client, depth):
+    arguments = "[" * depth + "]" * depth
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=_history(arguments), max_tokens=1)
+    body = err.value.body
+    assert body["param"] == "messages[1].tool_calls[0].function.arguments", body
+    assert "64 levels" in body["message"], body
+    resp = httpx.post(f"{server.base_url}/tokenize", json={"model": MODEL, "messages": _history(arguments)}, timeout=60)
+    assert resp.status_code == 400 and "64 levels" in resp.json()["error"]["message"], resp.text
+
+
+def test_a_body_nested_past_the_parser_is_a_400_saying_so(server):
+    nested = "[" * 100_000 + "]" * 100_000
+    raw = f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": "hi"}}], "chat_template_kwargs": {nested}}}'
+    resp = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw,
+                      headers={"content-type": "application/json"}, timeout=60)
+    assert resp.status_code == 400 and "nests arrays and objects deeper" in resp.json()["error"]["message"], resp.text
+
+
+def _costly() -> dict[str, dict]:
+    schema = '{"type": "object", "properties": {"a": ' * 400 + '{"type": "string"}' + "}}" * 400
+    return {"choice": {"choice": ["x" * (1 << 20)]},
+            "schema": {"json": schema},
+            "regex": {"regex": "a{99999999999}"},
+            "slow-choice": {"choice": ["ab" * 60_000]}}  # 120,000 characters: ~8 s to compile, past the 2 s limit
+
+
+def test_costly_constraints_are_answered_in_time_while_a_plain_request_finishes(client):
+    answers: dict[str, tuple[float, str]] = {}
+
+    def send(name: str, fields: dict) -> None:
+        started = time.monotonic()
+        try:
+            client.completions.create(model=MODEL, prompt="Pick:", max_tokens=1,
+                                      extra_body={"structured_outputs": fields})
+            answers[name] = (time.monotonic() - started, "200")
+        except openai.APIStatusError as err:
+            answers[name] = (time.monotonic() - started, f"{err.status_code} {err.body.get('message')}")
+
+    threads = [threading.Thread(target=send, args=item) for item in _costly().items()]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    plain = client.completions.create(model=MODEL, prompt="Hello", max_tokens=4)
+    plain_s = time.monotonic() - started
+    for thread in threads:
+        thread.join(60)
+    assert plain.choices[0].text and plain_s < 5.0, plain_s
+    for name, (seconds, answer) in answers.items():
+        assert seconds < 20.0 and answer.startswith("400"), (name, seconds, answer)
+    assert "--max-choice-chars" in answers["choice"][1]
+    assert "max_schema_depth" in answers["schema"][1]
+    assert "2147483647" in answers["regex"][1]
+    assert "--grammar-compile-timeout" in answers["slow-choice"][1] and f"{COMPILE_TIMEOUT_S:g} s" in answers[
+        "slow-choice"][1]
+    started = time.monotonic()  # the same constraint again: refused at once, not compiled again
+    send("again", _costly()["slow-choice"])
+    assert time.monotonic() - started < 1.0 and "--grammar-compile-timeout" in answers["again"][1], answers["again"]
+
+
+def test_distinct_regexes_leave_the_grammar_cache_within_its_bytes(server, client, metrics):
+    """20 distinct 5,000-branch regexes (about 0.4 MB compiled each) against a 2 MiB bound. The issue's probe used
+    20,000 branches (4 s to compile, twice: server and engine), too slow for this shared two-core machine."""
+    for i in range(20):
+        regex = "|".join(f"r{i}w{j}x" for j in range(5000))
+        out = client.completions.create(model=MODEL, prompt="Say:", max_tokens=8,
+                                        extra_body={"structured_outputs": {"regex": regex}})
+        assert out.choices[0].text.startswith(f"r{i}w"), out.choices[0].text
+    values = metrics(server)
+    assert 0 < values['frame_grammar_cache_bytes{rank=0}'] <= CACHE_BYTES, values
+    assert values['frame_grammar_cache_entries{rank=0}'] < 20
+    assert values['frame_grammar_cache_evictions_total{rank=0}'] > 0
+    assert values['frame_engine_grammar_compile_seconds_total{rank=0}'] > 0
+    assert values["frame_grammar_compile_seconds_count"] >= 20
+
+
+def test_a_long_stop_token_list_is_a_400_naming_the_limit(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=1, extra_body={"stop_token_ids": [2] * 257})
+    assert "stop_token_ids" in json.dumps(err.value.body) and "256" in err.value.body["message"], err.value.body
