@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-stop-token-ids", type=int, default=256, help="ids in a request's stop_token_ids")
     limits.add_argument("--max-choice-chars", type=int, default=16384,
                         help="characters of one structured_outputs.choice string")
-    limits.add_argument("--grammar-compile-timeout", type=float, default=10.0,
+    limits.add_argument("--grammar-compile-timeout", type=float, default=20.0,
                         help="seconds a request's constraint may take to compile before it is answered 400")
     limits.add_argument("--max-prompt-chars", type=int, default=1 << 20,
                         help="characters a request may tokenise: its text prompts, or its rendered conversation")

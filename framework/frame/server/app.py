@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from frame.config import EngineConfig
 from frame.engine.client import AsyncEngine, EngineClient, EngineDeadError, make_client
 from frame.errors import FrameUsageError
+from frame.heap import trim_while_serving
 from frame.model_source import ModelSource
 from frame.server import chat, completions, messages, responses, routes
 from frame.server.auth import ApiKeyMiddleware
@@ -141,9 +142,13 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
                                       state.replace_engine, lambda code: app.state.request_exit(code),
                                       state.metrics.engine_restarts.inc)
         watcher = asyncio.create_task(supervisor.watch(state.engine), name="engine-supervisor")
+        in_flight = state.metrics.registry.get_sample_value
+        trimmer = asyncio.create_task(trim_while_serving(lambda: bool(in_flight("frame_server_requests_in_flight"))),
+                                      name="heap-trim")
         try:
             yield
         finally:
+            trimmer.cancel()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

@@ -64,7 +64,7 @@ class ConstraintChecker:
     """Compiles constraints with the configured grammar backend (built on first use), remembering the good ones."""
 
     def __init__(self, config: EngineConfig, tokenizer: Any, vocab_size: int, stop_token_ids: list[int],
-                 counter: Any = None, timeout_s: float = 10.0, max_choice_chars: int = 16384,
+                 counter: Any = None, timeout_s: float = 20.0, max_choice_chars: int = 16384,
                  seconds: Any = None) -> None:
         self.config, self.tokenizer, self.vocab_size, self.stop = config, tokenizer, vocab_size, stop_token_ids
         self.counter = counter  # frame_grammar_compilations, by outcome

@@ -4,6 +4,10 @@ Chat templates render in killable worker processes (:class:`~frame.server.render
 and detokenising run in a small thread pool, since Hugging Face tokenizers release the GIL and their work is
 linear in the text, which ``--max-prompt-chars`` (and the body limit) bound. A thread cannot be stopped, so a
 tokenisation past ``--tokenize-timeout`` is answered with a 400 while it finishes in the background.
+
+Request-supplied templates (``--trust-request-chat-template``) wait in a lane of their own before they take a
+worker: at most all workers but one render them at once, so clients sending slow templates (each up to the time
+limit) never hold every worker, and the model's own template always finds one within a render.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, TypeVar
 from frame.errors import FrameUsageError
 from frame.server.errors import ServerError
 from frame.server.handoff import check_plain
-from frame.server.render_pool import RenderPool
+from frame.server.render_pool import START_TIMEOUT_S, RenderPool
 from frame.server.render_worker import Init, Render
 from frame.server.schemas import ChatMessage
 from frame.server.settings import ServerSettings
@@ -53,6 +57,8 @@ class Prompts:
     def __init__(self, tokenizer: Any, pool: RenderPool, settings: ServerSettings) -> None:
         self.tokenizer, self.pool, self.settings = tokenizer, pool, settings
         self.reserved = tokenizer_arguments(tokenizer)
+        # With one worker there is none to keep back: request templates then share it (docs/serving.md).
+        self.request_lane = asyncio.Semaphore(max(pool.size - 1, 1))
         self._threads = ThreadPoolExecutor(max_workers=settings.tokenizer_workers, thread_name_prefix="tokenize")
 
     @property
@@ -121,12 +127,31 @@ class Prompts:
         if tools is not None:
             check_plain(tools, "tools")
             variables["tools"] = tools
-        text = await self.pool.render(Render(conversation, add_generation_prompt, variables, own, self.max_chars))
+        job = Render(conversation, add_generation_prompt, variables, own, self.max_chars)
+        text = await (self.pool.render(job) if own is None else self._render_requested(job))
         if not text:
             raise FrameUsageError("The chat template rendered these messages as nothing; send other messages.",
                                   param="messages")
         ids = await self.encode([text], add_special_tokens=False, param="messages")
         return ids[0]
+
+    async def _render_requested(self, job: Render) -> str:
+        """Render a request-supplied template in its lane; waiting is bounded as the pool bounds its own wait."""
+        wait_s = START_TIMEOUT_S + self.pool.timeout_s
+        try:
+            await asyncio.wait_for(self.request_lane.acquire(), wait_s)
+        except asyncio.TimeoutError:
+            raise ServerError(f"No chat-template worker was free for a request template within {wait_s:.0f} s; retry "
+                              "shortly.", status=503, code="server_busy", headers={"Retry-After": "1"}) from None
+        try:
+            return await self.pool.render(job)
+        finally:
+            # A worker killed at the time limit is replaced in the background (about a second): the lane's place
+            # is given back only once the pool is whole, so the next slow template cannot take the last worker.
+            deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+            while self.pool.short and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            self.request_lane.release()
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)

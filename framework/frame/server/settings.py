@@ -78,7 +78,7 @@ class ServerSettings:
     tokenizer_workers: int = 2
     tokenize_timeout_s: float = 10.0
     #: Seconds the server gives a constraint to compile before answering 400 (``--grammar-compile-timeout``).
-    grammar_compile_timeout_s: float = 10.0
+    grammar_compile_timeout_s: float = 20.0
     #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.
     tool_parser: str = "hermes"
     #: Its options (``--tool-parser-opt KEY=VALUE``, ``tool_parser_options`` in a config file), validated against

@@ -32,6 +32,7 @@ from frame.engine.wire.client_core import (
 )
 from frame.engine.wire.requests import EngineRequest
 from frame.errors import FrameUsageError
+from frame.heap import IdleTrim
 from frame.interfaces.kv_dtype import kv_dtype_name
 
 log = logging.getLogger("frame.engine.loop")
@@ -93,6 +94,7 @@ class EngineLoop:
         self.send = send
         self.received = 0
         self.compiling = CompileQueue(core.structured)
+        self.trim = IdleTrim()
 
     def load(self) -> CoreLoad:
         return CoreLoad(self.received, self.core.num_requests + len(self.compiling), self.core.outstanding_tokens())
@@ -149,6 +151,10 @@ class EngineLoop:
         while True:
             busy = self.core.has_unfinished()
             msgs = recv(0.0 if busy else COMPILE_WAIT_S if self.compiling else IDLE_WAIT_S)
+            if msgs or busy:
+                self.trim.busy()
+            elif not self.compiling:
+                self.trim.maybe()  # idle after a burst: give the freed heap back
             for msg in msgs:
                 if not self.handle(msg):
                     log.info("engine loop shutting down")
