@@ -90,8 +90,7 @@ class ConstraintChecker:
         return hooks.create_grammar_backend(name, self.tokenizer, self.vocab_size, self.stop, options)
 
     def _compile(self, spec: StructuredOutputs) -> None:
-        if self._backend is None:
-            self._backend = self._build()
+        assert self._backend is not None
         started = time.perf_counter()
         try:
             self._backend.compile(spec)
@@ -149,7 +148,10 @@ class ConstraintChecker:
                 self._count("skipped_disconnected")
                 raise ClientDisconnectedError
             self._check_sizes(spec, field)
-            job = asyncio.get_running_loop().run_in_executor(self._threads, self._compile, spec)
+            loop = asyncio.get_running_loop()
+            if self._backend is None:  # built once (seconds: the vocabulary's tables), outside any time limit
+                self._backend = await loop.run_in_executor(self._threads, self._build)
+            job = loop.run_in_executor(self._threads, self._compile, spec)
             try:
                 await asyncio.wait_for(asyncio.shield(job), self.timeout_s)
             except asyncio.TimeoutError:
