@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/soak.py [--requests 1000] [--concurrency 8] [--json out.json] [-- SERVE_ARGS...]
 
 Starts its own `frame serve` (the bundled model, request templates trusted so slow templates are part of the mix),
-then: a quiet run of valid chat requests (their latency alone); the soak, ``--requests`` requests from
+then, after one constrained request and one request template (one-time costs: the grammar backend's tables), a
+quiet run of valid chat requests alone, from as many clients as the soak has sending valid ones (their latency
+without the hostile load); the soak, ``--requests`` requests from
 ``--concurrency`` clients, about 40% valid (chat and completions, a few tokens), 35% malformed (bad JSON, unknown
 fields, values out of range, tool-call arguments nested 2,000 deep, a body nested 100,000 deep) and 25% costly (a
 1 MB choice, a 400-deep schema, ``a{99999999999}``, distinct 2,000-branch regexes, slow request templates, 300,000
@@ -30,6 +32,7 @@ import httpx
 
 SERVE = [sys.executable, "-m", "frame.cli.main", "serve", "--trust-request-chat-template", "--tokenize-timeout", "3"]
 MODEL = "SmolLM2-135M-Instruct"
+VALID_SHARE = 0.40
 SLOW_TEMPLATE = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 
 
@@ -76,7 +79,7 @@ def requests_mix(n: int, seed: int = 0) -> list[tuple[str, str, dict | str]]:
              lambda i: ("/v1/completions", {"model": MODEL, "prompt": f"Count to {i % 10}:", "max_tokens": 8})]
     deep = "[" * 100_000 + "]" * 100_000
     malformed = [lambda i: ("/v1/chat/completions", '{"model": "x", "messages": [}'),
-                 lambda i: ("/v1/chat/completions", chat("hi", temperature=99)),
+                 lambda i: ("/v1/chat/completions", chat("hi", temperature=-1)),
                  lambda i: ("/v1/chat/completions", chat("hi", no_such_field=1)),
                  lambda i: ("/v1/chat/completions", {**chat("hi"), "messages": _history("[" * 2000 + "]" * 2000)}),
                  lambda i: ("/tokenize", {"model": MODEL, "messages": _history("{" * 5000)}),
@@ -96,7 +99,8 @@ def requests_mix(n: int, seed: int = 0) -> list[tuple[str, str, dict | str]]:
     out = []
     for i in range(n):
         r = rng.random()
-        kind, pool = ("valid", valid) if r < 0.40 else ("malformed", malformed) if r < 0.75 else ("costly", costly)
+        kind, pool = (("valid", valid) if r < VALID_SHARE else ("malformed", malformed) if r < 0.75
+                      else ("costly", costly))
         path, body = rng.choice(pool)(i)
         out.append((kind, path, body))
     return out
@@ -128,11 +132,28 @@ def run(args: argparse.Namespace) -> dict:
                 time.sleep(0.5)
         c = httpx.Client(base_url=base, timeout=120)
         engine_pid = c.get("/version").json()["engine_pid"]
-        quiet = []
-        for i in range(args.quiet):
-            started = time.monotonic()
-            assert send(c, "/v1/chat/completions", chat(f"Tell me about the number {i}.")) == 200
-            quiet.append(time.monotonic() - started)
+        # Warm: the server's grammar backend (the vocabulary's tables) and a request template are one-time costs.
+        send(c, "/v1/completions", {"model": MODEL, "prompt": "{", "max_tokens": 2,
+                                    "structured_outputs": {"json_object": True}})
+        send(c, "/v1/chat/completions", chat("hi", chat_template="{{ messages[0].content }}"))
+        quiet: list[float] = []
+        # The quiet run sends the valid share of the soak alone, from as many clients as the soak has sending
+        # valid requests at a time on average (40% of them), so the two latencies differ only by the hostile load.
+        quiet_clients = max(1, round(args.concurrency * VALID_SHARE))
+
+        def quiet_client(ids: range) -> None:
+            with httpx.Client(base_url=base, timeout=120) as hc:
+                for i in ids:
+                    started = time.monotonic()
+                    assert send(hc, "/v1/chat/completions", chat(f"Tell me about the number {i}.")) == 200
+                    quiet.append(time.monotonic() - started)
+
+        pool = [threading.Thread(target=quiet_client, args=(range(k, args.quiet, quiet_clients),))
+                for k in range(quiet_clients)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
         time.sleep(args.settle)
         procs = processes(proc.pid, engine_pid)
         before = {name: rss_mb(pid) for name, pid in procs.items()}
@@ -192,7 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--quiet", type=int, default=30, help="valid requests of the quiet run")
+    parser.add_argument("--quiet", type=int, default=60, help="valid requests of the quiet run")
     parser.add_argument("--settle", type=float, default=10.0, help="idle seconds before measuring memory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", default="soak-serve.log", help="where the server's output goes")

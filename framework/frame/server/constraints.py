@@ -151,12 +151,13 @@ class ConstraintChecker:
             loop = asyncio.get_running_loop()
             if self._backend is None:  # built once (seconds: the vocabulary's tables), outside any time limit
                 self._backend = await loop.run_in_executor(self._threads, self._build)
-            job = loop.run_in_executor(self._threads, self._compile, spec)
+            job = self._threads.submit(self._compile, spec)
             try:
-                await asyncio.wait_for(asyncio.shield(job), self.timeout_s)
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), self.timeout_s)
             except asyncio.TimeoutError:
                 self._count("timed_out")
-                self._remember(self._slow, key)
+                if not job.cancel():  # it ran out of time itself (not queued behind two late compiles): remembered
+                    self._remember(self._slow, key)
                 raise self._too_slow(field) from None
             except InvalidSamplingError as err:
                 self._count("failed")
