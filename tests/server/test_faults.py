@@ -100,11 +100,11 @@ def test_metrics_parse_and_move(mp_server, metrics):
 
 
 def _slow_choice() -> list[str]:
-    """2,000 random 40-letter choices: an alternation xgrammar needs seconds to compile (time that grows with its
-    length, not with luck), never seen before, and well within --grammar-compile-timeout (10,000 took 83 s on this
-    loaded two-core machine, 3,000 took 9 s)."""
+    """3,000 random 40-letter choices: an alternation xgrammar needs seconds to compile (time that grows with its
+    length, not with luck), never seen before, and within --grammar-compile-timeout (20 s): 10,000 took 83 s on this
+    two-core machine under a load of 10, 3,000 took 9 s there; 2,000 sometimes finished before the next request."""
     rng = random.Random()
-    return ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(40)) for _ in range(2000)]
+    return ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(40)) for _ in range(3000)]
 
 
 def test_a_request_whose_client_left_is_never_compiled(mp_server, metrics):
