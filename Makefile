@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(PLUGINS)
 
 # The suite runs servers, engine processes and clients at once on 2 cores: passive OpenMP waits keep
 # oversubscribed torch threads from spinning against each other (on an idle host, serving, torch's active
-# default is faster: see docs/performance.md). Two pytest workers, each taking whole files (so a module's
+# default is faster: see docs/performance-history.md). Two pytest workers, each taking whole files (so a module's
 # server starts once): most tests wait on a server, a model load or a subprocess, and the other worker uses that
 # core meanwhile (23 minutes in one process, 15 in two, on the 2-core development machine). Each worker holds its
 # own session fixtures (servers, models): two peaked at 20 of 23.5 GiB there, so a host with less than 20 GiB

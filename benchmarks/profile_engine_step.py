@@ -11,7 +11,7 @@ Builds an EngineCore over the bundled SmolLM2-135M-Instruct, admits ``--batch`` 
   model, counted in a separate pass so the counting does not inflate the times.
 
 The script finds the model through the engine, so the same file measures an older checkout too (put that tree's
-``framework`` and plugin folders first on ``PYTHONPATH``): that is how docs/performance.md compares before/after.
+``framework`` and plugin folders first on ``PYTHONPATH``) for a before/after comparison.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
+PAGES = [*sorted(ROOT.glob("docs/*.md")), ROOT / "README.md"]
 #: Inline links ``[text](target)`` and reference definitions ``[name]: target`` whose target is a local page
 #: or a section of one (``#section`` alone means the same page).
 LINK = re.compile(r"\]\(([^)\s]*?\.md(?:#[^)\s]*)?|#[^)\s]+)\)|^\[[^\]]+\]:\s+(\S*?\.md(?:#\S*)?|#\S+)\s*$", re.M)

@@ -16,7 +16,7 @@ NEW_TOKENS = 24
 #: token (teacher-forced agreement, over the generated positions after PROMPTS). Measured: int8 48/49 positions on
 #: cpu_paged and 61/61 on sdpa, fp8 47/49 and 57/61; the bar leaves room for near-ties. Free-running, a near-tie
 #: flipped int8's 7th token of the first prompt (fp8 kept all 32), after which the texts differ without either
-#: being wrong (docs/performance.md).
+#: being wrong (docs/performance-history.md, "A quantized KV cache").
 MIN_AGREEMENT = 0.9
 
 

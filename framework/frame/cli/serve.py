@@ -136,7 +136,7 @@ def api_keys(args: argparse.Namespace) -> list[str]:
 #: ``frame serve``'s step budget where neither ``--max-num-batched-tokens`` nor the config file sets one and chunked
 #: prefill is on: vLLM's CPU server's (its offline ``LLM`` keeps 4096, as frame's does). A smaller step lets decodes
 #: ride along with a long queue of prefills instead of waiting behind it: at concurrency 32 on 2 cores, 2048 served
-#: 88.7 tok/s with an 8.7 s median TTFT, 4096 74.8 tok/s and 11.4 s, 1024 82.2 tok/s (docs/performance.md).
+#: 88.7 tok/s with an 8.7 s median TTFT, 4096 74.8 tok/s and 11.4 s, 1024 82.2 tok/s (docs/performance-history.md).
 SERVE_MAX_NUM_BATCHED_TOKENS = 2048
 #: ``frame serve``'s tool-call parser where neither ``--tool-parser`` nor the config file names one.
 DEFAULT_TOOL_PARSER = "hermes"

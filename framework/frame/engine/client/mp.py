@@ -29,7 +29,7 @@ WATCH_INTERVAL_S = 0.2
 
 #: The default leaves the API server a core only where every engine keeps at least this many after it. On 2 cores,
 #: leaving one halves the engine's compute for a server that used under 2% of a core: at concurrency 8 and 32 frame
-#: served 1.5x the tokens with the engine on both cores (docs/performance.md, "Serving").
+#: served 1.5x the tokens with the engine on both cores (docs/performance-history.md, "Serving").
 MIN_ENGINE_CORES_TO_RESERVE = 4
 
 
@@ -38,7 +38,7 @@ def cores_for_engine(reserved: int | None, engines: int = 1) -> list[int] | None
     (None: 1 where, after it, every one of the ``engines`` engine processes of this host, one per data-parallel
     core, still has ``MIN_ENGINE_CORES_TO_RESERVE`` cores, else 0); None when the engine should keep them all.
     A reserved core keeps the server's event loop and the engine's OpenMP barriers from preempting each other,
-    which matters on a busy host (docs/performance.md)."""
+    which matters on a busy host (docs/performance-history.md, "Serving")."""
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
