@@ -39,10 +39,24 @@ FORMATS: dict[str, str] = {
             "bytes of nibbles as q4_0; w = d * q + m",
     "q8_0": "ggml block_q8_0: tensors['blocks'] uint8 [out, in / 32 * 34]; per 32 inputs, fp16 d then 32 int8 q; "
             "w = d * q",
+    "q5_0": "ggml block_q5_0: tensors['blocks'] uint8 [out, in / 32 * 22]; per 32 inputs, fp16 d, a little-endian "
+            "uint32 whose bit i is input i's fifth bit, 16 bytes of nibbles as q4_0; w = d * (q - 16)",
+    "q5_1": "ggml block_q5_1: tensors['blocks'] uint8 [out, in / 32 * 24]; per 32 inputs, fp16 d, fp16 m, then the "
+            "high bits and nibbles as q5_0; w = d * q + m",
+    "iq4_nl": "ggml block_iq4_nl: tensors['blocks'] uint8 [out, in / 32 * 18]; per 32 inputs, fp16 d then 16 bytes "
+              "of nibbles as q4_0; w = d * kvalues_iq4nl[q] (16 int8 levels, -127 to 113)",
+    "q2_k": "ggml block_q2_K: tensors['blocks'] uint8 [out, in / 256 * 84]; per 256 inputs, 16 bytes of 4-bit "
+            "scales and mins for 16 sub-blocks of 16, 64 bytes of 2-bit values, fp16 d, fp16 dmin",
+    "q3_k": "ggml block_q3_K: tensors['blocks'] uint8 [out, in / 256 * 110]; per 256 inputs, 32 bytes of high bits, "
+            "64 of 2-bit values, 12 of 6-bit scales for 16 sub-blocks of 16, fp16 d",
     "q4_k": "ggml block_q4_K: tensors['blocks'] uint8 [out, in / 256 * 144]; per 256 inputs, fp16 d, fp16 dmin, 12 "
             "bytes of 6-bit scales and mins for 8 sub-blocks of 32, 128 bytes of nibbles",
     "q6_k": "ggml block_q6_K: tensors['blocks'] uint8 [out, in / 256 * 210]; per 256 inputs, 128 bytes of low "
             "nibbles, 64 of high 2-bit pairs, 16 int8 sub-block scales, fp16 d",
+    "q5_k": "ggml block_q5_K: tensors['blocks'] uint8 [out, in / 256 * 176]; q4_K's d, dmin and scales, 32 bytes of "
+            "fifth bits, 128 bytes of nibbles",
+    "iq4_xs": "ggml block_iq4_xs: tensors['blocks'] uint8 [out, in / 256 * 136]; per 256 inputs, fp16 d, 6-bit "
+              "scales for 8 sub-blocks of 32 (2 + 4 bytes), 128 bytes of nibbles as iq4_nl's",
     "int8": "per output channel: tensors['q'] int8 [out, in], tensors['scale'] float32 [out, 1]; w = scale * q; "
             "attribute activations 'dynamic' (x may be quantized per row, W8A8) or 'none' (weight-only); attribute "
             "input_scale float32 [in] or None (smoothed: w = scale * q * input_scale per input feature, so the int8 "

@@ -18,8 +18,15 @@ GGML_TYPES: dict[str, GGMLQuantizationType] = {
     "q4_0": GGMLQuantizationType.Q4_0,
     "q4_1": GGMLQuantizationType.Q4_1,
     "q8_0": GGMLQuantizationType.Q8_0,
+    "q5_0": GGMLQuantizationType.Q5_0,
+    "q5_1": GGMLQuantizationType.Q5_1,
+    "iq4_nl": GGMLQuantizationType.IQ4_NL,
+    "q2_k": GGMLQuantizationType.Q2_K,
+    "q3_k": GGMLQuantizationType.Q3_K,
     "q4_k": GGMLQuantizationType.Q4_K,
+    "q5_k": GGMLQuantizationType.Q5_K,
     "q6_k": GGMLQuantizationType.Q6_K,
+    "iq4_xs": GGMLQuantizationType.IQ4_XS,
 }
 
 
@@ -52,6 +59,7 @@ class GGMLWeight(PackedWeight):
 
     @classmethod
     def quantized(cls, format: str, dense: torch.Tensor) -> GGMLWeight:
-        """``dense`` ``[out, in]`` quantized by gguf's own quantizer (q4_0, q4_1, q8_0: the formats it writes)."""
+        """``dense`` ``[out, in]`` quantized by gguf's own quantizer (q4_0, q4_1, q5_0, q5_1, q8_0: the formats it
+        writes)."""
         blocks = quantize(dense.float().numpy(), GGML_TYPES[format])
         return cls(format, torch.from_numpy(np.ascontiguousarray(blocks)), dense.shape[1])

@@ -1,13 +1,14 @@
 """Kernels for linear weights a quantization plugin keeps packed (``frame.interfaces.quantization.FORMATS``).
 
-ggml's q4_0, q4_1 and q8_0 blocks run in ``csrc/ggml_linear.cpp`` against x quantized per block of 32 (as
-llama.cpp computes): on CPUs with AVX-512 VNNI repacked once at load for ``vpdpbusd`` (16 output rows a vector),
-elsewhere as the GGUF stores them with AVX2 integer dot products, or the same arithmetic in plain C++ on CPUs
-without AVX2. ``int8`` weights whose method allows dynamic activation scales (W8A8) run there too, as q8_0 blocks
-whose scale is the row's (in float16). The k-quants are rewritten once at load into blocks those kernels read:
-q4_K as q4_1 (the same nibbles; each 32-value sub-block's scale d * sc and min dmin * m rounded to float16, a
-relative change of at most 2^-11), q6_K as q8_0 (its values requantized to 8 bits per block of 32, within half an
-8-bit step). Formats without a kernel here return None, so the layer multiplies by the dequantised weight.
+ggml's q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl blocks run in ``csrc/ggml_linear.cpp`` against x quantized per
+block of 32 (as llama.cpp computes): on CPUs with AVX-512 VNNI repacked once at load for ``vpdpbusd`` (16 output
+rows a vector), elsewhere as the GGUF stores them with AVX2 integer dot products, or the same arithmetic in plain
+C++ on CPUs without AVX2. Each block's 32 integer products are summed exactly, so the only error against gguf's
+dequantised weight is x's rounding to int8 per block and float32 sums. ``int8`` weights whose method allows dynamic
+activation scales (W8A8) run there too, as q8_0 blocks whose scale is the row's (in float16). The formats of
+256-value super-blocks (q4_K, q5_K, q6_K, q3_K, q2_K, iq4_xs) are rewritten once at load into blocks those kernels
+read (``rewrites``: what each costs in memory and accuracy). Formats without a kernel here return None, so the
+layer multiplies by the dequantised weight.
 """
 
 from __future__ import annotations
@@ -16,21 +17,20 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
-from frame.weights import GGMLWeight
 
-from frame_platform_cpu import kernels, probe, w8a8
+from frame_platform_cpu import kernels, probe, rewrites, w8a8
 
 #: ggml formats ``ggml_linear`` reads, with the number its ``format`` argument takes.
-GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
-#: k-quant formats and the block format each is rewritten into at load.
-K_QUANTS = {"q4_k": "q4_1", "q6_k": "q8_0"}
+GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl": 5}
+#: Bytes of one block of 32 in each of them.
+_BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 
 Kernel = Callable[[torch.Tensor], torch.Tensor | None]
 
 
 def served_formats() -> tuple[str, ...]:
     """The packed formats this CPU runs with a native kernel (int8: with dynamic activation scales)."""
-    return (*GGML_FORMATS, *K_QUANTS, "int8") if kernels.unavailable_reason() is None else ()
+    return (*GGML_FORMATS, *rewrites.REWRITTEN_AS, "int8") if kernels.unavailable_reason() is None else ()
 
 
 def has_vnni() -> bool:
@@ -48,10 +48,11 @@ def isa_path() -> str:
 def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
     """ggml blocks ``[out, in / 32 * block bytes]`` in ``ggml_linear_repacked``'s layout: output rows in groups of
     16 (the last padded with zero rows), per group and block the values as ``[quads][16 rows][4 bytes]`` (q4_0 /
-    q4_1: ggml's 16 nibble bytes, 4 chunks; q8_0: its 32 bytes XOR 0x80, i.e. q + 128 unsigned, 8 chunks) and
-    the 16 rows' float16 scales (d, then m for q4_1). Returns ``(qs uint8 [groups, blocks, quads, 16, 4], scales
-    float16 [groups, blocks, 1 or 2, 16])``."""
-    block = {0: 18, 1: 20, 2: 34}[fmt]
+    q4_1 / iq4_nl: ggml's 16 nibble bytes, 4 chunks; q8_0: its 32 bytes XOR 0x80, i.e. q + 128 unsigned, 8 chunks;
+    q5_0 / q5_1: the nibbles' 4 chunks and a fifth of 8 little-endian 64-bit masks, mask i's bit 4 j + t the high
+    bit of row j's input 4 i + t) and the 16 rows' float16 scales (d, then m for q4_1 / q5_1). Returns ``(qs uint8
+    [groups, blocks, quads, 16, 4], scales float16 [groups, blocks, 1 or 2, 16])``."""
+    block = _BLOCK_BYTES[fmt]
     rows, row_bytes = blocks.shape
     nb = row_bytes // block
     pad = -rows % 16
@@ -59,57 +60,35 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
         blocks = torch.cat([blocks, blocks.new_zeros(pad, row_bytes)])
     groups = blocks.shape[0] // 16
     b = blocks.reshape(groups, 16, nb, block)
-    halves = 2 if fmt == 1 else 1
+    halves = 2 if fmt in (1, 4) else 1
     scales = (b[..., : 2 * halves].reshape(groups, 16, nb, halves, 2).permute(0, 2, 3, 1, 4).contiguous()
               .view(torch.float16).reshape(groups, nb, halves, 16))
     q = b[..., 2 * halves :]
     if fmt == 2:
         q = q ^ 0x80
-    qs = q.reshape(groups, 16, nb, q.shape[-1] // 4, 4).permute(0, 2, 3, 1, 4).contiguous()
-    return qs, scales
+    high = None
+    if fmt in (3, 4):  # the uint32 of high bits, then the nibbles
+        high, q = q[..., :4], q[..., 4:]
+    qs = q.reshape(groups, 16, nb, q.shape[-1] // 4, 4).permute(0, 2, 3, 1, 4)
+    if high is not None:
+        bits = (high.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1  # [groups, 16, nb, 4, 8]: bit i
+        bits = bits.reshape(groups, 16, nb, 8, 4).permute(0, 2, 3, 1, 4)  # [groups, nb, mask i, row j, t]
+        masks = (bits.reshape(groups, nb, 8, 8, 8).int() << torch.arange(8)).sum(-1).to(torch.uint8)
+        qs = torch.cat([qs, masks.reshape(groups, nb, 1, 16, 4)], dim=2)
+    return qs.contiguous(), scales
 
 
 def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
                 vnni: bool | None = None) -> Kernel | None:
     """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-block int8
-    rounding (and a k-quant's rewriting, ``K_QUANTS``); None for a format ``ggml_linear`` does not read.
+    rounding (and a super-block format's rewriting, ``rewrites``); None for a format ``ggml_linear`` does not read.
     ``portable`` forces the plain C++ path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel on
     repacked blocks where the CPU has it, else AVX2)."""
-    fmt = GGML_FORMATS.get(K_QUANTS.get(packed.format, packed.format))
+    fmt = GGML_FORMATS.get(rewrites.REWRITTEN_AS.get(packed.format, packed.format))
     if fmt is None or packed.in_features % 32:
         return None
-    blocks = packed.tensors["blocks"]
-    if packed.format == "q4_k":
-        blocks = q4_k_as_q4_1(blocks)
-    elif packed.format == "q6_k":  # gguf's own q8_0 quantizer, ggml's rounding
-        blocks = GGMLWeight.quantized("q8_0", packed.dequantize(torch.float32)).tensors["blocks"]
+    blocks = rewrites.rewrite(packed) if packed.format in rewrites.REWRITTEN_AS else packed.tensors["blocks"]
     return _block_linear(blocks, fmt, bias, portable, vnni)
-
-
-def q4_k_as_q4_1(blocks: torch.Tensor) -> torch.Tensor:
-    """q4_K blocks ``[out, in / 256 * 144]`` as q4_1 blocks ``[out, in / 32 * 20]`` holding the same 4-bit values.
-
-    A q4_K block is 256 inputs: float16 ``d`` and ``dmin``, twelve bytes of eight 6-bit scales ``sc`` and mins ``m``
-    (ggml's ``get_scale_min_k4`` packing), and 128 bytes whose low nibbles are sub-block ``2j``'s 32 values and high
-    nibbles sub-block ``2j + 1``'s, for ``j`` 0-3; value = d * sc * q - dmin * m. A q4_1 block is 32 inputs: float16
-    ``d``, float16 ``m``, and 16 bytes whose low nibbles are values 0-15 and high nibbles 16-31; value = d * q + m.
-    """
-    rows = blocks.shape[0]
-    b = blocks.reshape(rows, -1, 144).to(torch.int32)
-    halves = blocks.reshape(rows, -1, 144)[..., :4].contiguous().view(torch.float16).float()  # d, dmin
-    d, dmin = halves[..., 0:1], halves[..., 1:2]
-    sc_bytes = b[..., 4:16]
-    low, high = sc_bytes[..., 0:4], sc_bytes[..., 4:8]
-    top = sc_bytes[..., 8:12]
-    scale = torch.cat([low & 63, (top & 0xF) | ((low >> 6) << 4)], dim=-1)  # sub-blocks 0-3, 4-7
-    mins = torch.cat([high & 63, (top >> 4) | ((high >> 6) << 4)], dim=-1)
-    qs = b[..., 16:].reshape(rows, -1, 4, 32)
-    values = torch.stack([qs & 0xF, qs >> 4], dim=3).reshape(rows, -1, 8, 32)  # sub-block 2j, then 2j + 1
-    out = torch.empty(rows, values.shape[1], 8, 20, dtype=torch.uint8)
-    out[..., 0:2] = (d * scale).half().unsqueeze(-1).view(torch.uint8)
-    out[..., 2:4] = (-(dmin * mins)).half().unsqueeze(-1).view(torch.uint8)
-    out[..., 4:] = (values[..., :16] | (values[..., 16:] << 4)).to(torch.uint8)
-    return out.reshape(rows, -1)
 
 
 def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,

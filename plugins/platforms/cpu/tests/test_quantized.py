@@ -1,5 +1,9 @@
-"""The cpu platform's kernels for packed ggml blocks (q4_0, q4_1, q8_0), the AVX-512 VNNI, AVX2 and portable paths,
-against gguf's own dequantisation."""
+"""The cpu platform's kernels for packed ggml blocks, the AVX-512 VNNI, AVX2 and portable paths, against gguf's own
+dequantisation: q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl natively, q2_K, q3_K, q4_K, q5_K, q6_K and iq4_xs rewritten at
+load (``rewrites``).
+
+gguf-py quantizes only q4_0, q4_1, q5_0, q5_1 and q8_0, so the other types' blocks here are random bytes with sane
+float16 scales: every bit pattern of a block is a valid block, and gguf's ``dequantize`` says what it means."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from frame.weights import GGMLWeight
-from frame_platform_cpu import kernels, probe, quantized
+from frame_platform_cpu import kernels, probe, quantized, rewrites
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
@@ -95,48 +99,116 @@ def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) ->
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
-def _k_quant(fmt: str, rows: int, inputs: int, seed: int) -> GGMLWeight:
-    """Random, valid q4_K or q6_K blocks (every byte random but the float16 scales, kept small and finite)."""
+#: Block bytes and where each type's float16 scales sit: (start byte, count, signed) per group of halves.
+LAYOUT: dict[str, tuple[int, list[tuple[int, int, bool]]]] = {
+    "q5_0": (22, [(0, 1, True)]),
+    "q5_1": (24, [(0, 1, False), (2, 1, True)]),  # d, then m (a signed offset)
+    "iq4_nl": (18, [(0, 1, True)]),
+    "q2_k": (84, [(80, 2, False)]),  # d, dmin after scales and values
+    "q3_k": (110, [(108, 1, True)]),
+    "q4_k": (144, [(0, 2, False)]),
+    "q5_k": (176, [(0, 2, False)]),
+    "q6_k": (210, [(208, 1, True)]),
+    "iq4_xs": (136, [(0, 1, True)]),
+}
+NATIVE = ["q5_0", "q5_1", "iq4_nl"]
+REWRITTEN = list(rewrites.REWRITTEN_AS)
+#: Largest float16 scale random_blocks writes.
+SCALE = 0.0045
+
+
+def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
+    """Random bytes in ``fmt``'s blocks, but for float16 scales drawn from [0.0005, 0.0045] (signed where ggml's
+    scale may be negative)."""
+    size, halves = LAYOUT[fmt]
+    per = 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
     gen = torch.Generator().manual_seed(seed)
-    size = {"q4_k": 144, "q6_k": 210}[fmt]
-    blocks = torch.randint(0, 256, (rows, inputs // 256, size), generator=gen, dtype=torch.uint8)
-    halves = (torch.rand(rows, inputs // 256, 2, generator=gen) * 0.004 + 0.0005).half().view(torch.uint8)
-    if fmt == "q4_k":
-        blocks[..., :4] = halves.reshape(rows, -1, 4)  # d, dmin
-    else:
-        blocks[..., 208:] = halves[..., :2]  # d, after ql, qh and the int8 scales
+    blocks = torch.randint(0, 256, (rows, inputs // per, size), generator=gen, dtype=torch.uint8)
+    for start, count, signed in halves:
+        scale = torch.rand(rows, inputs // per, count, generator=gen) * (SCALE - 0.0005) + 0.0005
+        if signed:
+            scale = scale * (torch.randint(0, 2, scale.shape, generator=gen) * 2 - 1)
+        blocks[..., start : start + 2 * count] = scale.half().view(torch.uint8)
     return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
 
 
-def test_q4_k_rewritten_as_q4_1_keeps_its_values_but_for_float16_scales() -> None:
-    weight = _k_quant("q4_k", 48, 512, seed=1)
-    rewritten = GGMLWeight("q4_1", quantized.q4_k_as_q4_1(weight.tensors["blocks"]), 512)
-    exact, got = weight.dequantize().double(), rewritten.dequantize().double()
-    # d * sc and dmin * m each rounded to float16: at most 2^-11 of each term, |q| <= 15.
-    bound = (exact.abs() + 64 * 0.0045) * 2.0**-10
-    assert ((got - exact).abs() <= bound).all()
-
-
-def test_q6_k_rewritten_as_q8_0_is_within_about_half_an_8_bit_step() -> None:
-    weight = _k_quant("q6_k", 48, 512, seed=2)
-    exact = weight.dequantize()
-    rewritten = GGMLWeight.quantized("q8_0", exact).dequantize()
-    step = exact.reshape(48, -1, 32).abs().amax(-1, keepdim=True) / 127
-    # Half a step, plus the float16 rounding of d (2^-11 of it) times |q| <= 127, as in ggml's own q8_0 blocks.
-    assert ((rewritten - exact).reshape(48, -1, 32).abs() <= step * (0.5 + 127 * 2.0**-11)).all()
+def kernel_blocks(weight: GGMLWeight) -> GGMLWeight:
+    """The blocks the kernel reads: the weight's own, or its rewriting (in the format it is rewritten as)."""
+    if weight.format not in rewrites.REWRITTEN_AS:
+        return weight
+    return GGMLWeight(rewrites.REWRITTEN_AS[weight.format], rewrites.rewrite(weight), weight.in_features)
 
 
 @pytest.mark.parametrize("portable", PATHS)
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
-def test_k_quants_run_a_kernel_close_to_their_dequantised_product(fmt: str, portable) -> None:
-    weight = _k_quant(fmt, 64, 512, seed=3)
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(4))
-    kernel = quantized.ggml_linear(weight, None, **portable)
-    assert kernel is not None
-    exact = x.double() @ weight.dequantize().double().T
-    # x's int8 rounding per block of 32 and the rewriting: well under a percent of the output's spread.
-    assert (kernel(x).double() - exact).abs().max() <= 0.01 * exact.abs().max()
+@pytest.mark.parametrize("fmt", NATIVE + REWRITTEN)
+@pytest.mark.parametrize("rows", [1, 4, 5])
+# 40: the VNNI layout's last group of 16 is padded; 200: one row takes groups four at a time and a padded one.
+@pytest.mark.parametrize("out_features", [40, 200])
+def test_each_type_is_its_dequantised_product(fmt: str, rows: int, out_features: int, portable: dict) -> None:
+    weight = random_blocks(fmt, out_features, 512, seed=out_features + rows)
+    bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
+    y = quantized.ggml_linear(weight, bias, **portable)(x)
+    # Exact arithmetic on the int8-rounded x and the blocks the kernel reads: each block's 32 integer products are
+    # summed exactly, so only float32 rounding of 16 per-block terms and their sum remains.
+    exact = quantized_inputs(x) @ kernel_blocks(weight).dequantize().double().T + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
+    # Against gguf's dequantisation of the file's blocks and float32 x: x's rounding to 255 levels a block moves a
+    # product by at most max|x_block| / 254 of |w|, and a rewriting by its bound below; 2% of sum(|w| |x|) holds both.
+    dense = weight.dequantize().double()
+    loose = F.linear(x.double(), dense, bias.double())
+    assert ((y.double() - loose).abs() <= 0.02 * (x.double().abs() @ dense.abs().T) + 1e-6).all()
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "iq4_xs"])
+def test_rewritten_values_differ_only_by_float16_scales(fmt: str) -> None:
+    weight = random_blocks(fmt, 48, 1024, seed=1)
+    exact, got = weight.dequantize().double(), kernel_blocks(weight).dequantize().double()
+    # Each sub-block's d * sc (and dmin * m) is rounded to float16 once: at most 2^-11 of each of the two terms,
+    # whose sizes are at most |w| plus the min term (63 * SCALE; iq4_xs has none).
+    mins = 0.0 if fmt == "iq4_xs" else 63 * SCALE
+    assert ((got - exact).abs() <= (exact.abs() + 2 * mins) * 2.0**-11 + 1e-12).all()
+
+
+@pytest.mark.parametrize("fmt", ["q6_k", "q3_k", "q2_k"])
+def test_requantized_values_are_within_half_an_8_bit_step(fmt: str) -> None:
+    weight = random_blocks(fmt, 48, 512, seed=2)
+    exact = weight.dequantize()
+    got = kernel_blocks(weight).dequantize()
+    step = exact.reshape(48, -1, 32).abs().amax(-1, keepdim=True) / 127
+    # Half a step, plus the float16 rounding of q8_0's d (2^-11 of it) times |q| <= 127.
+    assert ((got - exact).reshape(48, -1, 32).abs() <= step * (0.5 + 127 * 2.0**-11) + 1e-9).all()
+
+
+@pytest.mark.parametrize("fmt", ["q5_0", "q5_1"])
+def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
+    # Blocks as gguf's (and llama.cpp's) quantizer writes them, from a float weight.
+    dense = torch.randn(64, 256, generator=torch.Generator().manual_seed(3)) * 0.02
+    weight = GGMLWeight.quantized(fmt, dense)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(4))
+    for portable in PATHS:
+        if any(mark.args[0] for mark in portable.marks):  # a path this CPU lacks
+            continue
+        y = quantized.ggml_linear(weight, None, **portable.values[0])(x)
+        exact = quantized_inputs(x) @ weight.dequantize().double().T
+        torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", NATIVE + REWRITTEN)
+def test_every_type_is_served(fmt: str) -> None:
     assert fmt in quantized.served_formats()
+
+
+def test_vnni_decode_rows_match_batched_rows_for_new_formats() -> None:
+    if not quantized.has_vnni():
+        pytest.skip("no AVX-512 VNNI and BW")
+    for fmt in NATIVE:
+        weight = random_blocks(fmt, 200, 576, seed=6)
+        linear = quantized.ggml_linear(weight, None, vnni=True)
+        x = torch.randn(6, 576, generator=torch.Generator().manual_seed(7))
+        together = linear(x)
+        for row in (0, 5):
+            assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
 def test_the_kernel_declines_other_inputs() -> None:

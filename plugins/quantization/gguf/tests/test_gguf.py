@@ -43,8 +43,8 @@ def test_blocks_must_fit_the_inputs() -> None:
 
 
 def test_options_name_only_known_formats() -> None:
-    with pytest.raises(ValidationError, match="cannot keep q5_0 packed"):
-        GGUFOptions(keep=["q5_0"])
+    with pytest.raises(ValidationError, match="cannot keep iq2_xxs packed"):
+        GGUFOptions(keep=["iq2_xxs"])
 
 
 def test_a_dense_folder_is_refused(tmp_path) -> None:

@@ -1,14 +1,15 @@
-// y = x W^T (+ b) for a weight kept in ggml's packed blocks (q4_0, q4_1, q8_0, exactly as a GGUF file stores
-// them: FORMATS in frame.interfaces.quantization), float32 or bfloat16 x: the linears of a GGUF model served
-// with `--quantization gguf`.
+// y = x W^T (+ b) for a weight kept in ggml's packed blocks of 32 (q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, exactly as
+// a GGUF file stores them: FORMATS in frame.interfaces.quantization), float32 or bfloat16 x: the linears of a GGUF
+// model served with `--quantization gguf`.
 //
 // The weight is never expanded in memory. Each row of x is first quantized per block of 32 inputs to int8 with
 // one float32 scale d_x = max|x| / 127 (and s_x = d_x * sum(q_x)), as llama.cpp does for its own dot products;
-// a weight block is then unpacked in registers once (16 bytes of nibbles become 32 bytes) and multiplied by the
-// int8 inputs of up to four rows with integer multiply-adds (`vpmaddubsw`, `vpmaddwd`), scaled once per block:
-//   q4_0: w = d (q - 8)    ->  d_w (d_x sum(q q_x) - 8 s_x)
-//   q4_1: w = d q + m      ->  d_w d_x sum(q q_x) + m s_x
-//   q8_0: w = d q          ->  d_w d_x sum(q q_x)
+// a weight block is then unpacked in registers once (ggml_blocks.h: nibbles, a 5th bit, or iq4_nl's table become
+// 32 bytes) and multiplied by the int8 inputs of up to four rows with integer multiply-adds (`vpmaddubsw`,
+// `vpmaddwd`), scaled once per block:
+//   q4_0: w = d (q - 8)    ->  d_w (d_x sum(q q_x) - 8 s_x)      q5_0: the same with q - 16
+//   q4_1: w = d q + m      ->  d_w d_x sum(q q_x) + m s_x        q5_1: the same with 5-bit q
+//   q8_0: w = d q          ->  d_w d_x sum(q q_x)                iq4_nl: the same with q = kvalues_iq4nl[nibble]
 // A decode step reads the weight once at 4.5-8.5 bits per value, which is what bounds it.
 //
 // `portable` runs the same arithmetic in plain C++ (the path of CPUs without AVX2, and its test here); both sum a
@@ -34,30 +35,14 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define FRAME_GGML_AVX2 1
-#endif
-
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
-#include <immintrin.h>
-#define FRAME_GGML_VNNI 1
-#endif
+#include "ggml_blocks.h"
 
 namespace {
 
 constexpr int64_t kBlock = 32;
 constexpr int kRowTile = 4;  // rows of x per pass over a weight row
 
-enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
-
-int64_t block_bytes(int64_t format) { return format == kQ8_0 ? 34 : (format == kQ4_1 ? 20 : 18); }
-
-inline float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, sizeof bits);
-  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-}
+using namespace ggml_blocks;
 
 // x's rows quantized per block: q [m][k] int8, d and s [m][k / 32] float32, sum [m][k / 32] (sum of q, which the
 // VNNI path's offset weights need as an integer).
@@ -150,6 +135,7 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool simd) {
 void row_portable(int64_t format, const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0, int rows,
                   int64_t k, float* dots) {
   const int64_t bb = block_bytes(format);
+  const float offset = static_cast<float>(offset_of(format));
   for (int r = 0; r < rows; ++r) {
     const int8_t* qx = xq.q.data() + (r0 + r) * k;
     const float* dx = xq.d.data() + (r0 + r) * nb;
@@ -158,21 +144,12 @@ void row_portable(int64_t format, const uint8_t* w, int64_t nb, const QuantizedR
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = w + b * bb;
       const int8_t* xb = qx + b * kBlock;
-      const float dw = half_at(blk);
+      int32_t u[kBlock];
+      values_portable(format, blk, u);
       int dot = 0;
-      if (format == kQ8_0) {
-        const int8_t* qw = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int i = 0; i < kBlock; ++i) dot += qw[i] * xb[i];
-        total += dw * dx[b] * static_cast<float>(dot);
-        continue;
-      }
-      const uint8_t* qs = blk + (format == kQ4_1 ? 4 : 2);
-      for (int i = 0; i < 16; ++i) dot += (qs[i] & 0x0F) * xb[i] + (qs[i] >> 4) * xb[i + 16];
-      if (format == kQ4_1) {
-        total += dw * dx[b] * static_cast<float>(dot) + half_at(blk + 2) * sx[b];
-      } else {
-        total += dw * (dx[b] * static_cast<float>(dot) - 8.f * sx[b]);
-      }
+      for (int i = 0; i < kBlock; ++i) dot += u[i] * xb[i];
+      total += half_at(blk) * (dx[b] * static_cast<float>(dot) - offset * sx[b]);
+      if (has_min(format)) total += half_at(blk + 2) * sx[b];
     }
     dots[r] = total;
   }
@@ -193,13 +170,6 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// 32 nibbles as bytes: low nibbles are inputs 0-15, high nibbles 16-31.
-inline __m256i unpack_nibbles(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
 // sum over 32 of u[i] * s[i] as 8 int32 lanes (u unsigned bytes, s signed).
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -207,7 +177,7 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 
 template <int64_t Format, int R>
 void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0, int64_t k, float* dots) {
-  constexpr int64_t bb = Format == kQ8_0 ? 34 : (Format == kQ4_1 ? 20 : 18);
+  constexpr int64_t bb = block_bytes(Format);
   __m256 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) {
@@ -220,21 +190,17 @@ void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0,
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * bb;
     const float dw = half_at_f16c(blk);
-    const float mw = Format == kQ4_1 ? half_at_f16c(blk + 2) : (Format == kQ4_0 ? -8.f * dw : 0.f);
-    __m256i wq;
-    if constexpr (Format == kQ8_0) {
-      wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    } else {
-      wq = unpack_nibbles(blk + (Format == kQ4_1 ? 4 : 2));
-    }
-    const __m256i wabs = Format == kQ8_0 ? _mm256_sign_epi8(wq, wq) : wq;
+    // q4_1 / q5_1: m s_x; q4_0 / q5_0: -offset d_w s_x; signed values: none.
+    const float mw = has_min(Format) ? half_at_f16c(blk + 2) : -static_cast<float>(offset_of(Format)) * dw;
+    const __m256i wq = values_avx2<Format>(blk);
+    const __m256i wabs = signed_values(Format) ? _mm256_sign_epi8(wq, wq) : wq;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + r * k + b * kBlock));
-      if constexpr (Format == kQ8_0) xb = _mm256_sign_epi8(xb, wq);  // the weight's sign moves onto x
+      if constexpr (signed_values(Format)) xb = _mm256_sign_epi8(xb, wq);  // the weight's sign moves onto x
       const __m256 dot = _mm256_cvtepi32_ps(dot_u8s8(wabs, xb));
       acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[r * nb + b]), acc[r]);
-      if constexpr (Format != kQ8_0) corr[r] += mw * sx[r * nb + b];  // q4_1: m s_x; q4_0: -8 d_w s_x
+      if constexpr (!signed_values(Format)) corr[r] += mw * sx[r * nb + b];
     }
   }
   for (int r = 0; r < R; ++r) dots[r] = hsum(acc[r]) + corr[r];
@@ -258,20 +224,14 @@ void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0
 //   q4_0 / q4_1: 4 chunks of the rows' nibble bytes, byte t of chunk c is ggml's byte 4c+t, so its low nibble is
 //                input 4c+t and its high nibble input 16+4c+t: the low nibbles are chunks 0-3, the high 4-7.
 //   q8_0:        8 chunks of the rows' bytes, each XOR 0x80 (q + 128, unsigned) for vpdpbusd's u8 operand.
-// `scales` holds the 16 rows' float16 d (then, q4_1, m) per block, [16] each. The weight is read exactly once
+//   iq4_nl:      as q4_0; the nibbles index a table of its levels + 128 (vpshufb) in registers.
+//   q5_0 / q5_1: as q4_0, and a fifth chunk of 8 64-bit masks of the rows' high bits (ggml_blocks.h).
+// `scales` holds the 16 rows' float16 d (then, q4_1 / q5_1, m) per block, [16] each. The weight is read exactly once
 // per row tile, sequentially, at ggml's own bytes per value.
 constexpr int kGroup = 16;
 constexpr int kVnniRows = 4;              // rows of x per pass over a group (measured: 8 and two chains no faster)
 constexpr int64_t kPrefetchAhead = 1024;  // bytes of the weight asked for ahead of the block being multiplied
 constexpr int kDecodeGroups = 4;          // groups a one-row product takes in step (group_set_vnni)
-
-template <int64_t Format>
-constexpr int quads_of() { return Format == kQ8_0 ? 8 : 4; }
-template <int64_t Format>
-constexpr int scales_of() { return Format == kQ4_1 ? 2 : 1; }
-// The unsigned operand is the weight plus this: w = d (u - offset) (+ m).
-template <int64_t Format>
-constexpr int32_t offset_of() { return Format == kQ8_0 ? 128 : (Format == kQ4_0 ? 8 : 0); }
 
 inline __m512i broadcast_quad(const int8_t* p) {
   int32_t v;
@@ -285,8 +245,7 @@ void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qua
                 int64_t k, __m512* acc) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
-  constexpr int32_t offset = offset_of<Format>();
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  constexpr int32_t offset = vnni_offset_of<Format>();
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* qx = xq.q.data() + r0 * k;
   const float* dx = xq.d.data() + r0 * nb;
@@ -299,19 +258,11 @@ void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qua
     for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T0);
     if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + b * sbytes + kPrefetchAhead / 8), _MM_HINT_T0);
     __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
-    if constexpr (Format == kQ8_0) {
-      for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(wb + 64 * i);
-    } else {
-      for (int c = 0; c < 4; ++c) {
-        const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
-        w[c] = _mm512_and_si512(packed, nibble);
-        w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
-      }
-    }
+    values_vnni<Format>(wb, w);
     const uint16_t* sb = scales + b * sbytes;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
     __m512 mw = _mm512_setzero_ps();
-    if constexpr (Format == kQ4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)));
+    if constexpr (has_min(Format)) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)));
     // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
     // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
     // offset back out.
@@ -331,7 +282,7 @@ void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qua
       const __m512i dot = lo[r];
       const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx[r * nb + b]));
       acc[r] = _mm512_fmadd_ps(scaled, dw, acc[r]);
-      if constexpr (Format == kQ4_1) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc[r]);
+      if constexpr (has_min(Format)) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc[r]);
     }
   }
 }
@@ -344,8 +295,7 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
                     int64_t nb, const QuantizedRows& xq, __m512* acc) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
-  constexpr int32_t offset = offset_of<Format>();
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  constexpr int32_t offset = vnni_offset_of<Format>();
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* qx = xq.q.data();
   for (int64_t b = 0; b < nb; ++b) {
@@ -367,19 +317,13 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
       // 3.6 -> 3.0 on two; prefetcht0 stays better where several rows reuse each line from L1).
       for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T1);
       if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchAhead / 8), _MM_HINT_T1);
+      __m512i w[8];
+      values_vnni<Format>(wb, w);
       __m512i dot = offset ? start : _mm512_setzero_si512();
-      if constexpr (Format == kQ8_0) {
-        for (int i = 0; i < 8; ++i) dot = _mm512_dpbusd_epi32(dot, _mm512_loadu_si512(wb + 64 * i), xq4[i]);
-      } else {
-        for (int c = 0; c < 4; ++c) {
-          const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
-          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(packed, nibble), xq4[c]);
-          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble), xq4[c + 4]);
-        }
-      }
+      for (int i = 0; i < 8; ++i) dot = _mm512_dpbusd_epi32(dot, w[i], xq4[i]);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
-      if constexpr (Format == kQ4_1)
+      if constexpr (has_min(Format))
         acc[g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16))), sx,
                                  acc[g]);
     }
@@ -400,7 +344,7 @@ void groups_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qu
 
 at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                        const c10::optional<at::Tensor>& bias, bool portable) {
-  TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "ggml_linear takes q4_0, q4_1 or q8_0 blocks");
+  TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl blocks");
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear takes float32 or bfloat16 x of shape [rows, in_features]");
   TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous(),
@@ -436,9 +380,7 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
           row_portable(format, w, nb, xq, r0, rows, k, dots);
         } else {
 #if FRAME_GGML_AVX2
-          if (format == kQ4_0) rows_avx2<kQ4_0>(w, nb, xq, r0, rows, k, dots);
-          else if (format == kQ4_1) rows_avx2<kQ4_1>(w, nb, xq, r0, rows, k, dots);
-          else rows_avx2<kQ8_0>(w, nb, xq, r0, rows, k, dots);
+          with_format(format, [&](auto f) { rows_avx2<decltype(f)::value>(w, nb, xq, r0, rows, k, dots); });
 #endif
         }
         for (int r = 0; r < rows; ++r) {
@@ -456,10 +398,11 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
 // float16 [groups, nb, 1 or 2, 16]; rows past out_features in the last group are padding and are not written.
 at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                                 int64_t out_features, const c10::optional<at::Tensor>& bias) {
-  TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "ggml_linear_repacked takes q4_0, q4_1 or q8_0");
+  TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
-  const int64_t quads = format == kQ8_0 ? 8 : 4, nscales = format == kQ4_1 ? 2 : 1;
+  const int64_t quads = format == kQ8_0 ? 8 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
+  const int64_t nscales = has_min(format) ? 2 : 1;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
                   qs.size(3) == 16 && qs.size(4) == 4,
               "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
@@ -508,9 +451,9 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
       const uint16_t* gs = sp + g * group_scales;
       const int64_t col = g * 16;
       if (m == 1 && g + kDecodeGroups <= end) {  // a decode row: kDecodeGroups groups in step
-        if (format == kQ4_0) group_set_vnni<kQ4_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
-        else if (format == kQ4_1) group_set_vnni<kQ4_1, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
-        else group_set_vnni<kQ8_0, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
+        with_format(format, [&](auto f) {
+          group_set_vnni<decltype(f)::value, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
+        });
         for (int i = 0; i < kDecodeGroups; ++i) store(acc[i], 0, col + 16 * i);
         g += kDecodeGroups - 1;
         continue;
@@ -518,9 +461,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
       // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
       for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
-        if (format == kQ4_0) groups_vnni<kQ4_0>(gq, gs, nb, xq, r0, rows, k, acc);
-        else if (format == kQ4_1) groups_vnni<kQ4_1>(gq, gs, nb, xq, r0, rows, k, acc);
-        else groups_vnni<kQ8_0>(gq, gs, nb, xq, r0, rows, k, acc);
+        with_format(format, [&](auto f) { groups_vnni<decltype(f)::value>(gq, gs, nb, xq, r0, rows, k, acc); });
         for (int r = 0; r < rows; ++r) store(acc[r], r0 + r, col);
       }
     }
