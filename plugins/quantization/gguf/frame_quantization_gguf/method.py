@@ -30,8 +30,9 @@ class GGUFOptions(BaseModel):
 
 
 class GGUFMethod(QuantizationMethod):
-    """Reads a ``.gguf`` file's q4_0, q4_1, q8_0, q4_K and q6_K matrices as :class:`~frame_quantization_gguf.
-    weights.GGMLWeight` (the file's bytes, unchanged); everything else arrives dense, as the core's reader gives it.
+    """Reads a ``.gguf`` file's matrices of ggml's block types (``frame.weights.ggml.GGML_TYPES``: q4_0 ... iq4_xs)
+    as :class:`frame.weights.GGMLWeight` (the file's bytes, unchanged); everything else arrives dense, as the core's
+    reader gives it (a quantized tensor with one warning line per type).
     A dense checkpoint has no blocks to keep, so it is refused rather than quantized."""
 
     formats = KEPT_FORMATS

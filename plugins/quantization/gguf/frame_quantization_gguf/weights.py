@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,17 @@ from frame.weights.progress import track_tensors
 #: The ggml block formats kept packed (``frame.interfaces.quantization.FORMATS``).
 KEPT_FORMATS: tuple[str, ...] = tuple(GGML_TYPES)
 _FORMAT_OF = {qtype: name for name, qtype in GGML_TYPES.items()}
+_DENSE_TYPES = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64")
+_LAYER = re.compile(r"^blk\.\d+\.")
+log = logging.getLogger(__name__)
+
+
+def tensor_summary(names: list[str]) -> str:
+    """Tensor names, those of several layers folded: ``blk.*.ffn_down.weight (24), output.weight``."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(_LAYER.sub("blk.*.", name), []).append(name)
+    return ", ".join(f"{pattern} ({len(group)})" if len(group) > 1 else group[0] for pattern, group in groups.items())
 
 
 class PackedGGUFWeights(GGUFWeights):
@@ -25,7 +38,23 @@ class PackedGGUFWeights(GGUFWeights):
         super().__init__(path)
         self.keep = keep
 
+    def log_dense_quantized(self) -> None:
+        """One line per quantized type whose tensors arrive dense (no packed format for it, a format left out of
+        ``keep``, or a quantized vector), naming the type and the tensors: never a silent dequantisation."""
+        by_type: dict[str, list[str]] = {}
+        for tensor in self.reader.tensors:
+            kind = tensor.tensor_type.name
+            fmt = _FORMAT_OF.get(tensor.tensor_type)
+            if kind not in _DENSE_TYPES and not (fmt in self.keep and len(tensor.shape) == 2):
+                by_type.setdefault(kind.lower(), []).append(tensor.name)
+        for kind, names in by_type.items():
+            why = ("not a matrix, or left out of --quantization-opt keep" if kind in KEPT_FORMATS else
+                   "frame keeps no packed format of this type")
+            log.warning("%s: %d %s tensor%s dequantized to float32 at load (%s): %s", self.path.name, len(names), kind,
+                        "s" if len(names) > 1 else "", why, tensor_summary(names))
+
     def _packed_or_dense(self) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
+        self.log_dense_quantized()
         for tensor in self.reader.tensors:
             fmt = _FORMAT_OF.get(tensor.tensor_type)
             if fmt in self.keep and len(tensor.shape) == 2:
