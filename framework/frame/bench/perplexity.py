@@ -78,32 +78,48 @@ def score(logits: torch.Tensor, chunk: Sequence[int]) -> tuple[float, int]:
     return float(-logprobs.gather(1, targets[:, None]).sum()), len(targets)
 
 
+class Prefiller:
+    """A model worker for ``config`` that runs one sequence of at most ``n_ctx`` ids at a time, from an empty cache,
+    as one prefill through the paged KV cache, and returns every position's logits."""
+
+    def __init__(self, config: EngineConfig, n_ctx: int) -> None:
+        from frame.engine.worker.model_worker import Worker
+
+        self.config, self.n_ctx = config, n_ctx
+        self.worker = Worker(config, max_model_len=n_ctx)
+        self.tokenizer = self.worker.source.tokenizer
+        self.blocks = math.ceil(n_ctx / config.block_size)
+        self.worker.runner.allocate_kv(self.blocks)
+
+    def logits(self, ids: Sequence[int]) -> torch.Tensor:
+        """float32 logits ``[len(ids), vocab]`` on the CPU: row ``i`` predicts the id after ``ids[i]``."""
+        from frame.testing.attention import build_metadata
+
+        if not 0 < len(ids) <= self.n_ctx:
+            raise ValueError(f"a sequence of {len(ids)} ids does not fit n_ctx {self.n_ctx}")
+        runner, device = self.worker.runner, self.worker.selection.platform.device
+        table = list(range(self.blocks))
+        with torch.inference_mode():
+            meta = runner.attention.build_metadata(build_metadata([0], [len(ids)], [table], self.config.block_size,
+                                                                  device))
+            hidden = runner.model(torch.tensor(list(ids), device=device), torch.arange(len(ids), device=device),
+                                  runner.kv_caches, meta)
+            return runner.model.compute_logits(hidden).float().cpu()
+
+
 def frame_perplexity(config: EngineConfig, label: str, n_ctx: int, max_chunks: int | None = None,
                      text: str | None = None) -> Perplexity:
     """Perplexity of the model ``config`` describes, run by a model worker as the engine runs it, over the first
     ``max_chunks`` chunks (default: all) of the shipped text (or ``text``)."""
-    from frame.engine.worker.model_worker import Worker
-    from frame.testing.attention import build_metadata
-
-    worker = Worker(config, max_model_len=n_ctx)
-    runner = worker.runner
-    tokenizer = worker.source.tokenizer
-    pieces = chunks(token_ids(tokenizer, text), n_ctx, bos_of(tokenizer))[:max_chunks]
-    blocks = math.ceil(n_ctx / config.block_size)
-    runner.allocate_kv(blocks)
-    table = list(range(blocks))
-    device = worker.selection.platform.device
+    model = Prefiller(config, n_ctx)
+    pieces = chunks(token_ids(model.tokenizer, text), n_ctx, bos_of(model.tokenizer))[:max_chunks]
     nll, count = 0.0, 0
     started = time.perf_counter()
-    with torch.inference_mode():
-        for chunk in pieces:
-            meta = runner.attention.build_metadata(build_metadata([0], [n_ctx], [table], config.block_size, device))
-            ids = torch.tensor(chunk, device=device)
-            hidden = runner.model(ids, torch.arange(n_ctx, device=device), runner.kv_caches, meta)
-            part, scored = score(runner.model.compute_logits(hidden).float().cpu(), chunk)
-            nll, count = nll + part, count + scored
+    for chunk in pieces:
+        part, scored = score(model.logits(chunk), chunk)
+        nll, count = nll + part, count + scored
     return Perplexity(label, math.exp(nll / count), nll, count, len(pieces), time.perf_counter() - started,
-                      runner.bytes_per_block // config.block_size)
+                      model.worker.runner.bytes_per_block // config.block_size)
 
 
 def default_variants(config: EngineConfig) -> list[str]:

@@ -1,0 +1,67 @@
+"""llama.cpp's side of ``test_llamacpp_matrix.py``, run by the interpreter of a virtual environment holding
+llama-cpp-python (never frame's): ``python llamacpp_peer.py SPEC.json`` prints one JSON line.
+
+The spec names a source GGUF, an output path and a llama.cpp preset (``Q4_K_M``, ``IQ4_XS``, ...): the source is
+quantized into the preset with llama.cpp's own quantizer (``llama_model_quantize``, requantizing allowed), then
+llama.cpp loads that file, continues ``prompt`` greedily for ``n_gen`` tokens, and scores each of ``chunks`` as
+its perplexity tool does (second half, from an empty cache).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+
+def quantize(llama_cpp, source: str, out: str, preset: str, threads: int) -> None:
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{preset}")
+    params.allow_requantize = True
+    params.nthread = threads
+    if llama_cpp.llama_model_quantize(source.encode(), out.encode(), ctypes.byref(params)) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {preset}")
+
+
+def log_softmax_nll(rows, targets) -> float:
+    import numpy as np
+
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    logprobs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-logprobs[np.arange(len(targets)), targets].sum())
+
+
+def main(path: str) -> int:
+    import llama_cpp
+    import numpy as np
+    from llama_cpp import Llama
+
+    spec = json.loads(Path(path).read_text())
+    if not Path(spec["out"]).exists():
+        quantize(llama_cpp, spec["source"], spec["out"], spec["preset"], spec["threads"])
+    n_ctx = max(len(spec["prompt"]) + spec["n_gen"], *(len(c) for c in spec["chunks"]))
+    llm = Llama(model_path=spec["out"], n_ctx=n_ctx, n_batch=n_ctx, n_threads=spec["threads"],
+                n_threads_batch=spec["threads"], logits_all=True, seed=0, verbose=False)
+    llm.reset()
+    llm.eval(spec["prompt"])
+    continuation: list[int] = []
+    while len(continuation) < spec["n_gen"]:
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        continuation.append(token)
+        llm.eval([token])
+    nll, count = 0.0, 0
+    for chunk in spec["chunks"]:
+        llm.reset()
+        llm.eval(chunk)
+        first = len(chunk) // 2
+        rows = np.asarray(llm.scores[first : len(chunk) - 1], dtype=np.float64)
+        nll += log_softmax_nll(rows, np.asarray(chunk[first + 1 :]))
+        count += len(chunk) - first - 1
+    print(json.dumps({"continuation": continuation, "nll": nll, "tokens": count,
+                      "version": llama_cpp.__version__}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
