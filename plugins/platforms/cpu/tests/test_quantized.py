@@ -194,9 +194,15 @@ def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
         torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fmt", NATIVE + REWRITTEN)
-def test_every_type_is_served(fmt: str) -> None:
-    assert fmt in quantized.served_formats()
+def test_every_type_is_served_and_named_with_its_path() -> None:
+    from frame_platform_cpu.platform import CpuPlatform
+
+    paths = CpuPlatform().kernel_paths()  # what the engine prints at start
+    for fmt in NATIVE + REWRITTEN:
+        assert fmt in quantized.served_formats()
+        rewritten = rewrites.REWRITTEN_AS.get(fmt)
+        suffix = f" (as {rewritten} blocks, rewritten at load)" if rewritten else ""
+        assert paths[fmt] == quantized.isa_path() + suffix
 
 
 def test_vnni_decode_rows_match_batched_rows_for_new_formats() -> None:
