@@ -57,6 +57,9 @@ FORMATS: dict[str, str] = {
             "fifth bits, 128 bytes of nibbles",
     "iq4_xs": "ggml block_iq4_xs: tensors['blocks'] uint8 [out, in / 256 * 136]; per 256 inputs, fp16 d, 6-bit "
               "scales for 8 sub-blocks of 32 (2 + 4 bytes), 128 bytes of nibbles as iq4_nl's",
+    "mixed": "frame.weights.MixedRows: attribute parts, packed weights in formats of their own, each a block of "
+             "output rows, one after another (a fused QKV whose V a GGUF stores in q6_K beside q4_K Q and K); "
+             "tensors['rows'] an empty [out, 0] placeholder; w = the parts' rows stacked",
     "int8": "per output channel: tensors['q'] int8 [out, in], tensors['scale'] float32 [out, 1]; w = scale * q; "
             "attribute activations 'dynamic' (x may be quantized per row, W8A8) or 'none' (weight-only); attribute "
             "input_scale float32 [in] or None (smoothed: w = scale * q * input_scale per input feature, so the int8 "

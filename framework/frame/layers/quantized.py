@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
+from frame.weights.mixed import MixedRows
 
 log = logging.getLogger("frame.layers")
 
@@ -48,8 +49,8 @@ def note_dense_rows(param: torch.Tensor, offset: int, rows: int) -> None:
 
 
 def joined_rows(param: torch.Tensor) -> PackedWeight | None:
-    """The parameter's stored row blocks as one packed weight (None: they differ in format, or some rows arrived
-    dense, so the weight goes dense)."""
+    """The parameter's stored row blocks as one packed weight (a :class:`~frame.weights.MixedRows` when they differ
+    in format; None when some rows arrived dense, so the weight goes dense)."""
     parts = param.__dict__.pop("packed_parts")
     dense = param.__dict__.pop("dense_rows", {})
     spans = sorted([(o, parts[o].shape[0]) for o in parts] + list(dense.items()))
@@ -61,12 +62,13 @@ def joined_rows(param: torch.Tensor) -> PackedWeight | None:
         expected += rows
     if expected != param.shape[0]:
         raise ValueError(f"rows {expected}:{param.shape[0]} of a packed weight were never loaded")
-    offsets = sorted(parts)
-    joined = None if dense else PackedWeight.cat([parts[o] for o in offsets])
+    ordered = [parts[o] for o in sorted(parts)]
+    # Parts in different formats stay packed, each in its own (a GGUF's q6_K V beside q4_K Q and K).
+    joined = None if dense else PackedWeight.cat(ordered) or MixedRows(ordered)
     if joined is None:
-        formats = [parts[o].format for o in offsets] + (["dense"] if dense else [])
-        log.info("a fused weight's parts come in different formats (%s); it runs dense", ", ".join(formats))
-        for o in offsets:
+        formats = [p.format for p in ordered] + ["dense"]
+        log.info("a fused weight has rows that arrived dense (%s); it runs dense", ", ".join(formats))
+        for o in sorted(parts):
             param.data[o : o + parts[o].shape[0]].copy_(parts[o].dequantize(param.dtype))
     return joined
 

@@ -152,10 +152,29 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     return linear
 
 
+def mixed_linear(packed: PackedWeight, bias: torch.Tensor | None) -> Kernel | None:
+    """A weight whose row blocks come in different formats (``frame.weights.MixedRows``): each part's own kernel,
+    the outputs joined along the features; None (the reference) when a part has no kernel here."""
+    offsets = packed.offsets
+    parts = [ggml_linear(part, None if bias is None else bias[lo:hi])
+             for part, lo, hi in zip(packed.parts, offsets[:-1], offsets[1:], strict=True)]
+    if any(part is None for part in parts):
+        return None
+
+    def linear(x: torch.Tensor) -> torch.Tensor | None:
+        outs = [part(x) for part in parts]
+        return None if any(out is None for out in outs) else torch.cat(outs, dim=-1)
+
+    return linear
+
+
 def packed_layer_kernel(layer: torch.nn.Module, packed: PackedWeight, gated: bool) -> Kernel | None:
     """The kernel of a linear layer whose weight is ``packed``; ``gated`` for SwiGLU's projection, whose
     ``[gate | up]`` product goes through ``silu(gate) * up`` (the native fused activation for bfloat16)."""
     bias = getattr(layer, "bias", None)
+    if packed.format == "mixed":
+        linear = mixed_linear(packed, bias)
+        return kernels.gated(linear) if linear is not None and gated else linear
     if packed.format == "int8" and (kernel := w8a8.layer_kernel(packed, bias, gated)) is not None:
         return kernel  # AMX int8 tiles or AVX-512 VNNI, x per token
     linear = int8_linear(packed, bias) if packed.format == "int8" else ggml_linear(packed, bias)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from frame.weights import GGMLWeight
+from frame.weights import GGMLWeight, MixedRows
 from frame_platform_cpu import kernels, probe, quantized, rewrites
 
 _WHY_NOT = kernels.unavailable_reason()
@@ -192,6 +192,22 @@ def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
         y = quantized.ggml_linear(weight, None, **portable.values[0])(x)
         exact = quantized_inputs(x) @ weight.dequantize().double().T
         torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_mixing_types_runs_each_part_in_its_own() -> None:
+    # A fused QKV of a Q4_K_M file: q4_K Q and K beside a q6_K V (and any other mix), each part its own kernel.
+    parts = [random_blocks("q4_k", 64, 512, seed=1), random_blocks("q5_0", 16, 512, seed=2),
+             random_blocks("q6_k", 48, 512, seed=3), random_blocks("iq4_nl", 40, 512, seed=4)]
+    mixed = MixedRows(parts)
+    layer = torch.nn.Module()
+    layer.bias = torch.randn(168, generator=torch.Generator().manual_seed(5))
+    kernel = quantized.packed_layer_kernel(layer, mixed, gated=False)
+    assert kernel is not None
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(6))
+    by_part = torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1) + layer.bias
+    assert torch.equal(kernel(x), by_part)
+    exact = quantized_inputs(x) @ torch.cat([kernel_blocks(p).dequantize() for p in parts]).double().T
+    torch.testing.assert_close(kernel(x).double(), exact + layer.bias.double(), rtol=1e-5, atol=1e-4)
 
 
 def test_every_type_is_served_and_named_with_its_path() -> None:
