@@ -165,8 +165,10 @@ class PackedWeight(ABC):
     @staticmethod
     def cat(parts: Sequence[PackedWeight]) -> PackedWeight | None:
         """The parts' rows one after another, or None when they differ in format or inputs (the caller keeps them
-        dense then)."""
+        dense then). One part is returned as it is (no copy: its blocks may be a file's memory map)."""
         first = parts[0]
+        if len(parts) == 1:
+            return first
         if any(type(p) is not type(first) or p.format != first.format or p.in_features != first.in_features
                or p.tensors.keys() != first.tensors.keys() for p in parts):
             return None

@@ -24,6 +24,7 @@ from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
 from frame.weights.mixed import MixedRows
+from frame.weights.pages import release_file_pages
 
 log = logging.getLogger("frame.layers")
 
@@ -65,6 +66,10 @@ def joined_rows(param: torch.Tensor) -> PackedWeight | None:
     ordered = [parts[o] for o in sorted(parts)]
     # Parts in different formats stay packed, each in its own (a GGUF's q6_K V beside q4_K Q and K).
     joined = None if dense else PackedWeight.cat(ordered) or MixedRows(ordered)
+    if joined is not None and len(ordered) > 1 and not isinstance(joined, MixedRows):
+        for part in ordered:  # joined into a copy: the parts' file pages (a GGUF's memory map) need not stay
+            for tensor in part.tensors.values():
+                release_file_pages(tensor)
     if joined is None:
         formats = [p.format for p in ordered] + ["dense"]
         log.info("a fused weight has rows that arrived dense (%s); it runs dense", ", ".join(formats))

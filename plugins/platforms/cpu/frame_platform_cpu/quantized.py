@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
+from frame.weights.pages import release_file_pages
 
 from frame_platform_cpu import kernels, probe, rewrites, w8a8
 
@@ -87,8 +88,12 @@ def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     fmt = GGML_FORMATS.get(rewrites.REWRITTEN_AS.get(packed.format, packed.format))
     if fmt is None or packed.in_features % 32:
         return None
-    blocks = rewrites.rewrite(packed) if packed.format in rewrites.REWRITTEN_AS else packed.tensors["blocks"]
-    return _block_linear(blocks, fmt, bias, portable, vnni)
+    source = packed.tensors["blocks"]
+    blocks = rewrites.rewrite(packed) if packed.format in rewrites.REWRITTEN_AS else source
+    linear = _block_linear(blocks, fmt, bias, portable, vnni)
+    if getattr(linear, "own_copy", False) or blocks is not source:
+        release_file_pages(source)  # the kernel reads its own copy; the file's pages need not stay resident
+    return linear
 
 
 def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
@@ -149,6 +154,7 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
             return None
         return op(x, qs, scales, fmt, out_features, float_bias)
 
+    linear.own_copy = True  # type: ignore[attr-defined]
     return linear
 
 

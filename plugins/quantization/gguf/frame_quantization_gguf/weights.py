@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +31,18 @@ def tensor_summary(names: list[str]) -> str:
     return ", ".join(f"{pattern} ({len(group)})" if len(group) > 1 else group[0] for pattern, group in groups.items())
 
 
+def mapped(array: np.ndarray) -> torch.Tensor:
+    """The reader's read-only memory map of a tensor's bytes as a uint8 tensor, without a copy: the blocks stay the
+    file's pages (resident only while read, given back to the page cache under pressure). Nothing writes packed
+    blocks in place; every row or input selection copies."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array.view(np.uint8))
+
+
 class PackedGGUFWeights(GGUFWeights):
     """A GGUF file's tensors with llama.cpp names: matrices in a ``keep`` format as :class:`GGMLWeight` (the
-    file's bytes, copied out of its memory map), every other tensor dequantised to float32 as the core reads it."""
+    file's bytes in its memory map, not copied), every other tensor dequantised to float32 as the core reads it."""
 
     def __init__(self, path: str | Path, keep: frozenset[str] = frozenset(KEPT_FORMATS)) -> None:
         super().__init__(path)
@@ -59,7 +69,7 @@ class PackedGGUFWeights(GGUFWeights):
             fmt = _FORMAT_OF.get(tensor.tensor_type)
             if fmt in self.keep and len(tensor.shape) == 2:
                 in_features = int(tensor.shape[0])  # GGUF lists dimensions fastest first
-                blocks = torch.from_numpy(np.array(tensor.data, dtype=np.uint8))
+                blocks = mapped(tensor.data)
                 yield tensor.name, GGMLWeight(fmt, blocks.reshape(int(tensor.shape[1]), -1), in_features)
             else:
                 yield tensor.name, self.dense(tensor)

@@ -1,0 +1,48 @@
+"""Giving back the resident pages of weights nothing reads any more: a GGUF's blocks stay memory-mapped (the gguf
+plugin hands them out without a copy), and where loading joins them into one tensor (a fused QKV) or a platform's
+kernel repacks or rewrites them into a copy of its own, the file's pages read while doing so would otherwise stay
+resident beside that copy, twice the weight.
+
+Only pages of a read-only file mapping are dropped (``madvise(MADV_DONTNEED)``): they hold nothing but the file's
+bytes, and a later read (the reference path's ``dequantize``) brings them back from the page cache. Memory of any
+other kind (a tensor's own allocation, a writable mapping) is never touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+import torch
+
+_MADV_DONTNEED = 4
+
+
+def _file_mapping(start: int, end: int) -> bool:
+    """True when ``[start, end)`` lies in one read-only mapping of a file (``/proc/self/maps``)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                low, high = (int(a, 16) for a in fields[0].split("-"))
+                if low <= start and end <= high:
+                    path = fields[5].strip() if len(fields) > 5 else ""
+                    return fields[1][1] == "-" and path.startswith("/")
+    except OSError:
+        return False
+    return False
+
+
+def release_file_pages(tensor: torch.Tensor) -> int:
+    """Drop this process's resident pages of ``tensor`` when it is a view of a read-only file mapping; the whole
+    pages inside it only. Returns the bytes released (0 for any other memory)."""
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last <= first or not tensor.is_contiguous() or not _file_mapping(start, end):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if libc.madvise(first, last - first, _MADV_DONTNEED) != 0:
+        return 0
+    return last - first
