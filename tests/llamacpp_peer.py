@@ -24,6 +24,23 @@ def quantize(llama_cpp, source: str, out: str, preset: str, threads: int) -> Non
         raise SystemExit(f"llama_model_quantize failed for {preset}")
 
 
+def plain_layout(llama_cpp) -> None:
+    """Models load in ggml's plain layout (``use_extra_bufts`` off): llama.cpp's AMX and repack buffers crash a
+    batched eval of llama-cpp-python 0.3.36 on this project's Sapphire Rapids machine, and the plain kernels are
+    the reference anyway."""
+    default = llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    import llama_cpp.llama as module
+
+    module.llama_cpp.llama_model_default_params = params
+
+
 def log_softmax_nll(rows, targets) -> float:
     import numpy as np
 
@@ -40,6 +57,7 @@ def main(path: str) -> int:
     spec = json.loads(Path(path).read_text())
     if not Path(spec["out"]).exists():
         quantize(llama_cpp, spec["source"], spec["out"], spec["preset"], spec["threads"])
+    plain_layout(llama_cpp)
     n_ctx = max(len(spec["prompt"]) + spec["n_gen"], *(len(c) for c in spec["chunks"]))
     llm = Llama(model_path=spec["out"], n_ctx=n_ctx, n_batch=n_ctx, n_threads=spec["threads"],
                 n_threads_batch=spec["threads"], logits_all=True, seed=0, verbose=False)

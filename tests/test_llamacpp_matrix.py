@@ -8,7 +8,7 @@ cascade) and score the shipped text within 1% of llama.cpp's perplexity.
 
 llama-cpp-python is never frame's dependency: it lives in a virtual environment of its own, named by
 ``FRAME_LLAMACPP_PYTHON`` (its interpreter, e.g. ``/work/llama-venv/bin/python``); without it these tests skip.
-Each preset takes 10-60 seconds on two cores.
+Each preset takes one to two minutes on two shared cores.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not PEER or not Path(PEER).exists(),
                                  reason="FRAME_LLAMACPP_PYTHON names no interpreter with llama-cpp-python")]
 PRESETS = ["Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q5_0", "Q5_1", "Q4_0"]
-N_CTX, PROMPT, N_GEN, CHUNKS = 128, 32, 48, 2
+N_CTX, PROMPT, N_GEN = 512, 32, 48  # perplexity: every chunk of 512 of the text (1,275 scored ids)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def ids() -> dict[str, list]:
     text = token_ids(tokenizer)
     bos = bos_of(tokenizer)
     prompt = ([bos] if bos is not None else []) + text[:PROMPT]
-    return {"prompt": prompt, "chunks": chunks(text, N_CTX, bos)[:CHUNKS]}
+    return {"prompt": prompt, "chunks": chunks(text, N_CTX, bos)}
 
 
 def llama_cpp(tmp_path: Path, preset: str, ids: dict[str, list]) -> dict:
