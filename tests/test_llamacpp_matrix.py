@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not PEER or not Path(PEER).exists(),
                                  reason="FRAME_LLAMACPP_PYTHON names no interpreter with llama-cpp-python")]
 PRESETS = ["Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q5_0", "Q5_1", "Q4_0"]
-N_CTX, PROMPT, N_GEN = 512, 32, 48  # perplexity: every chunk of 512 of the text (1,275 scored ids)
+N_CTX, PROMPT, N_GEN = 512, 32, 96  # perplexity: every chunk of 512 of the text (1,275 scored ids)
 
 
 @pytest.fixture(scope="module")
