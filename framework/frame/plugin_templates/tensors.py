@@ -330,6 +330,10 @@ class Test{class_name}(ModelFamilySuite):
     def tiny_config(self, architecture: str, **overrides) -> PretrainedConfig:
         return {camel}Config(architectures=[architecture], **{{**TINY, **overrides}})
 
+    #: llama.cpp has no name for a new architecture: the check writes the weights in QWEN2's layout and reads them
+    #: back with this family on the checkpoint's own config (a file that says QWEN2 is the qwen family's to serve).
+    gguf_config_from_file = False
+
     def gguf_architecture(self, architecture: str) -> str | None:
         """llama.cpp's layout for the GGUF check: QWEN2's names and Hugging Face's row order, which this family
         reads (LLAMA's converter interleaves Q/K rows, which a family then un-permutes)."""

@@ -112,6 +112,10 @@ class ModelFamilySuite:
     atol: ClassVar[float] = 1e-4
     #: A checkpoint tensor name the family must refuse as unknown (spelled like the family's layer tensors).
     surprise_tensor: ClassVar[str] = "model.layers.0.surprise.weight"
+    #: Whether the GGUF check reads the config from the file's metadata and expects this family for it (True), or
+    #: builds from the checkpoint's own config (a family whose architecture llama.cpp has no name for).
+    gguf_config_from_file: bool = True
+
     def gguf_architecture(self, architecture: str) -> str | None:
         """llama.cpp's architecture (a ``gguf.MODEL_ARCH`` member name) for the GGUF check of ``architecture``; None
         (the default, for a family that reads no GGUF) skips the check."""
@@ -275,10 +279,13 @@ class ModelFamilySuite:
         except NoLlamaCppName as err:
             pytest.skip(f"a variant llama.cpp does not run: {err}")
         monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
-        source = ModelSource.open(str(path))
-        assert family_for(hooks, source.architecture) == self.plugin_name
-        layers = self.make_attention(hooks, platform, source.hf_config)
-        model = self.make_model(hooks, platform, source.hf_config, layers)
+        hf_config = config
+        if self.gguf_config_from_file:
+            source = ModelSource.open(str(path))
+            assert family_for(hooks, source.architecture) == self.plugin_name
+            hf_config = source.hf_config
+        layers = self.make_attention(hooks, platform, hf_config)
+        model = self.make_model(hooks, platform, hf_config, layers)
         model.load_weights(open_weights(path))
         stored = copy.deepcopy(reference)
         with torch.no_grad():

@@ -41,6 +41,14 @@ class EngineDeadError(RuntimeError):
     """The engine core is gone (its process died or its loop crashed); requests cannot complete."""
 
 
+class EngineRefusedError(EngineDeadError, FrameUsageError):
+    """The engine process refused to start on the user's mistake (an unknown plugin, a missing model): a dead
+    engine to code that waits for one, and the one sentence that names the fix to the user."""
+
+    def __init__(self, message: str) -> None:
+        FrameUsageError.__init__(self, message)
+
+
 @dataclass(frozen=True)
 class RankState:
     """One engine core as ``/health``, ``/version`` and ``/metrics`` report it: ``status`` is ``ok`` (serving),
@@ -73,8 +81,8 @@ class EngineClient(ABC):
 
     # -- the interface -------------------------------------------------------------------------------------
     async def start(self, timeout_s: float = 600.0) -> Ready:
-        """Start the engine core and wait until it is built; raises EngineDeadError if it fails to start, or the
-        FrameUsageError it refused to start on (an unknown plugin, a missing model)."""
+        """Start the engine core and wait until it is built; raises EngineDeadError if it fails to start
+        (EngineRefusedError, also a FrameUsageError, when it refused the user's mistake)."""
         self._ready = asyncio.get_running_loop().create_future()
         await self._launch()
         try:
@@ -171,13 +179,13 @@ class EngineClient(ABC):
             if fut is not None and not fut.done():
                 fut.set_result(msg.stats)
         elif isinstance(msg, Failed) and msg.usage:
-            self._die(msg.message, FrameUsageError(msg.message))
+            self._die(msg.message, EngineRefusedError(msg.message))
         elif isinstance(msg, Failed):
             self._die(f"the engine failed: {msg.message}")
         elif self.listener is not None:
             self.listener(msg)
 
-    def _die(self, reason: str, start_error: FrameUsageError | None = None) -> None:
+    def _die(self, reason: str, start_error: EngineRefusedError | None = None) -> None:
         """Mark the engine dead; ``start_error``: it refused to start on the user's mistake (``start`` raises it,
         and there is no crash to log)."""
         if self.dead_reason is not None:

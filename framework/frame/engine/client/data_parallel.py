@@ -18,11 +18,10 @@ import logging
 from collections.abc import Callable
 
 from frame.config import EngineConfig, resolve_plugin_options
-from frame.engine.client.base import EngineClient, EngineDeadError, RankState
+from frame.engine.client.base import EngineClient, EngineDeadError, EngineRefusedError, RankState
 from frame.engine.client.ranks import RankSlot
 from frame.engine.wire.client_core import Outputs, Rejected, ToEngine
 from frame.engine.wire.requests import EngineRequest, EngineStats
-from frame.errors import FrameUsageError
 from frame.interfaces.router import Router, RouteRequest, block_digests
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
@@ -66,7 +65,7 @@ class DataParallelClient(EngineClient):
         assert self._ready is not None
         if failed:
             slot, err = failed[0]
-            usage = next((e for _, e in failed if isinstance(e, FrameUsageError)), None)
+            usage = next((e for _, e in failed if isinstance(e, EngineRefusedError)), None)
             # Every rank refuses the same mistake: its one sentence, not a dead rank.
             self._ready.set_exception(usage or EngineDeadError(f"engine core rank {slot.rank} did not start: {err}"))
             return
