@@ -7,11 +7,11 @@ import asyncio
 import time
 
 import pytest
+from frame.engine.wire.render import Render
 from frame.model_source import ModelSource
 from frame.server.errors import ServerError
 from frame.server.prompts import render_init
 from frame.server.render_pool import RenderPool
-from frame.server.render_worker import Render
 
 TIMEOUT_S = 2.0
 MESSAGES = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},

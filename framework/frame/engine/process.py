@@ -5,7 +5,8 @@ in the child's environment (:data:`CONFIG_ENV`), addresses as arguments: plain d
 with :func:`start_child` (its arguments, its log format, SIGINT left to the parent, and :func:`watch_parent`, so it
 ends with its parent) and talks over :class:`ChildSockets` (orders in on a PULL socket, answers out on a PUSH
 socket, both through the wire codec). The engine core's process and the tensor-parallel workers' use all three;
-the chat-template workers use :func:`watch_parent`. Ray actors are placed through placement groups instead: a
+the API server's chat-template workers start through :func:`spawn_piped` and talk over their pipes (frames of the
+same codec), beginning with :func:`watch_parent`. Ray actors are placed through placement groups instead: a
 placement the cluster cannot hold is refused at once (:func:`check_fits`), one that stays unmet fails after
 :data:`PLACEMENT_TIMEOUT_S` (:func:`wait_placed`), each naming the resources asked for and those Ray has.
 
@@ -15,6 +16,7 @@ Imports nothing heavy (no torch, no transformers): a light child does not pay fo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -55,6 +57,14 @@ def spawn(module: str, args: list[str], env: dict[str, str], stdin: int | None =
     """Start ``python -m module *args --parent-pid <this process>`` with ``env`` added to this environment."""
     return subprocess.Popen([sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid())],
                             env={**os.environ, **env}, stdin=stdin)
+
+
+async def spawn_piped(module: str, args: list[str]) -> asyncio.subprocess.Process:
+    """:func:`spawn` for an asyncio caller whose child talks over its stdin and stdout (the chat-template workers):
+    ``python -m module *args --parent-pid <this process>`` with both pipes open."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid()),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from frame.engine.wire.render import Init, Render
 from frame.errors import FrameUsageError
 from frame.server.errors import ServerError
 from frame.server.handoff import check_plain
 from frame.server.render_pool import START_TIMEOUT_S, RenderPool
-from frame.server.render_worker import Init, Render
 from frame.server.schemas import ChatMessage
 from frame.server.settings import ServerSettings
 from frame.server.tools import template_message

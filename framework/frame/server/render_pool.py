@@ -17,15 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import sys
 from collections.abc import Coroutine
 from typing import Any
 
 import msgspec
 
+from frame.engine.process import spawn_piped
+from frame.engine.wire.codec import FRAME_HEADER, decode, encode_frame
+from frame.engine.wire.render import FromRenderWorker, Init, Ready, Refused, Render, Rendered
 from frame.server.errors import ServerError
-from frame.server.render_worker import FromWorker, Init, Ready, Refused, Render, Rendered, frame
 
 log = logging.getLogger("frame.server")
 
@@ -40,13 +40,10 @@ class _Worker:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self._decoder = msgspec.msgpack.Decoder(FromWorker)
 
     @classmethod
     async def start(cls, init: Init) -> _Worker:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "frame.server.render_worker", "--parent-pid", str(os.getpid()),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        proc = await spawn_piped("frame.server.render_worker", [])
         worker = cls(proc)
         try:
             ready = await asyncio.wait_for(worker._call(init), START_TIMEOUT_S)
@@ -61,12 +58,12 @@ class _Worker:
             raise RuntimeError(f"the render worker answered {type(ready).__name__} instead of ready")
         return worker
 
-    async def _call(self, msg: msgspec.Struct | bytes) -> FromWorker:
+    async def _call(self, msg: msgspec.Struct | bytes) -> FromRenderWorker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(msg if isinstance(msg, bytes) else frame(msg))
+        self.proc.stdin.write(msg if isinstance(msg, bytes) else encode_frame(msg))
         await self.proc.stdin.drain()
-        size = int.from_bytes(await self.proc.stdout.readexactly(4), "big")
-        return self._decoder.decode(await self.proc.stdout.readexactly(size))
+        (size,) = FRAME_HEADER.unpack(await self.proc.stdout.readexactly(FRAME_HEADER.size))
+        return decode(await self.proc.stdout.readexactly(size), FromRenderWorker)  # type: ignore[arg-type]
 
     async def render(self, job: bytes) -> Rendered | Refused:
         """Send one encoded :class:`Render` and wait for the answer."""
@@ -130,7 +127,7 @@ class RenderPool:
     async def render(self, job: Render) -> str:
         """The rendered conversation; a ServerError (400, or 503 when no worker frees up) otherwise."""
         try:
-            payload = frame(job)
+            payload = encode_frame(job)
         except (OverflowError, RecursionError, TypeError, ValueError, msgspec.EncodeError) as err:
             raise ServerError(f"The conversation cannot be passed to the chat template ({err}); send plain JSON "
                               "values with integers of at most 64 bits.", status=400, code="invalid_value",

@@ -7,75 +7,22 @@ string fails with MemoryError instead of growing the host's memory. The worker h
 sends the model's template and special tokens once (:class:`Init`), then one :class:`Render` per conversation;
 the rendered text goes back and the server tokenises it.
 
-Frames on stdin and stdout are a 4-byte big-endian length and a msgpack message (no pickle). Anything a library
-prints goes to stderr, never into the frames.
+The messages are :mod:`frame.engine.wire.render`'s, as length-prefixed frames of the one codec on stdin and
+stdout (no pickle). Anything a library prints goes to stderr, never into the frames.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import struct
 import sys
-from typing import Any, BinaryIO, Union
-
-import msgspec
 
 from frame.engine.process import watch_parent
+from frame.engine.wire.codec import decode, encode_frame, read_frame
+from frame.engine.wire.render import Init, Ready, Refused, Render, Rendered, ToRenderWorker
 
-_LENGTH = struct.Struct(">I")
 #: Longest error message sent back (a template error may quote its whole input).
 MAX_MESSAGE_CHARS = 300
-
-
-class Init(msgspec.Struct, tag="init"):
-    """Sent once: the model's template, its special tokens (``bos_token``, ...) and the memory budget."""
-
-    template: str | None
-    variables: dict[str, Any]
-    memory_bytes: int
-
-
-class Render(msgspec.Struct, tag="render"):
-    """One conversation; ``template`` replaces the model's (the server allows that only when trusted)."""
-
-    messages: list[dict[str, Any]]
-    add_generation_prompt: bool
-    variables: dict[str, Any]
-    template: str | None
-    max_chars: int
-
-
-class Ready(msgspec.Struct, tag="ready"):
-    """The worker has loaded the renderer and waits for jobs."""
-
-
-class Rendered(msgspec.Struct, tag="rendered"):
-    text: str
-
-
-class Refused(msgspec.Struct, tag="refused"):
-    """The template raised, ran out of memory, or rendered more than ``max_chars``."""
-
-    message: str
-    code: str
-
-
-ToWorker = Union[Init, Render]  # noqa: UP007 - msgspec needs a typing Union
-FromWorker = Union[Ready, Rendered, Refused]  # noqa: UP007
-_encoder = msgspec.msgpack.Encoder()
-
-
-def frame(msg: msgspec.Struct) -> bytes:
-    data = _encoder.encode(msg)
-    return _LENGTH.pack(len(data)) + data
-
-
-def _read(stream: BinaryIO) -> bytes | None:
-    head = stream.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
-        return None
-    return stream.read(_LENGTH.unpack(head)[0])
 
 
 def _cap_memory(extra_bytes: int) -> None:
@@ -130,21 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints land in the log, not in the frames
     inp = sys.stdin.buffer
     watch_parent(args.parent_pid)
-    decoder = msgspec.msgpack.Decoder(ToWorker)
-    data = _read(inp)
+    data = read_frame(inp)
     if data is None:
         return 0
-    init = decoder.decode(data)
+    init = decode(data, ToRenderWorker)
     if not isinstance(init, Init):
         raise SystemExit("render worker: the first message must be init")
     import transformers.utils.chat_template_utils  # noqa: F401 - loaded before the cap, so the cap is all headroom
 
     _cap_memory(init.memory_bytes)
-    out.write(frame(Ready()))
-    while (data := _read(inp)) is not None:
-        job = decoder.decode(data)
+    out.write(encode_frame(Ready()))
+    while (data := read_frame(inp)) is not None:
+        job = decode(data, ToRenderWorker)
         if isinstance(job, Render):
-            out.write(frame(render(init, job)))
+            out.write(encode_frame(render(init, job)))
     return 0
 
 
