@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-TIMEOUT_S = 300.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
-            return json.loads(resp.read()).get("status") == "ok"
-    except (OSError, ValueError):
-        return False
+from serve_startup import TIMEOUT_S, free_port, healthy  # this folder is on sys.path: run as a script
 
 
 def _load(port: int, args: argparse.Namespace, num_prompts: int, seed: int) -> dict:
@@ -62,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    port = _free_port()
+    port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "frame.cli.main", "serve", "--port", str(port), "--dtype",
                              args.dtype, "--enable-reset-prefix-cache"], env=os.environ,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while not _healthy(port):
+        while not healthy(port):
             if proc.poll() is not None or time.perf_counter() - started > TIMEOUT_S:
                 raise RuntimeError("frame serve did not become healthy")
             time.sleep(0.1)

@@ -28,7 +28,7 @@ from rich.table import Table
 TIMEOUT_S = 300.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -39,7 +39,7 @@ def _pythonpath(checkout: Path) -> str:
     return os.pathsep.join([str(checkout / "framework"), *plugins])
 
 
-def _healthy(port: int) -> bool:
+def healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
             return json.loads(resp.read()).get("status") == "ok"
@@ -49,14 +49,14 @@ def _healthy(port: int) -> bool:
 
 def start_once(checkout: Path) -> tuple[float, bool]:
     """Seconds from spawning ``frame serve`` to a healthy answer, and whether the API process loaded torch."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": _pythonpath(checkout)}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from frame.cli.main import main; sys.exit(main())",
                              "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        while not _healthy(port):
+        while not healthy(port):
             if proc.poll() is not None or time.perf_counter() - started > TIMEOUT_S:
                 raise RuntimeError(f"frame serve from {checkout} did not become healthy")
             time.sleep(0.05)

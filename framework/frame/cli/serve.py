@@ -145,10 +145,10 @@ DEFAULT_TOOL_PARSER = "hermes"
 def serve_config(args: argparse.Namespace) -> EngineConfig:
     """The engine config of ``frame serve``: the flags and ``--config``, then the serving step budget where neither
     set one."""
-    config = config_from_args(args, {"tool_parser": DEFAULT_TOOL_PARSER})
+    defaults: dict[str, object] = {"tool_parser": DEFAULT_TOOL_PARSER}
+    config = config_from_args(args, defaults)
     if "max_num_batched_tokens" not in config.model_fields_set and config.enable_chunked_prefill:
-        config = config_from_args(args, {"tool_parser": DEFAULT_TOOL_PARSER,
-                                         "max_num_batched_tokens": SERVE_MAX_NUM_BATCHED_TOKENS})
+        config = config_from_args(args, {**defaults, "max_num_batched_tokens": SERVE_MAX_NUM_BATCHED_TOKENS})
     return config
 
 
