@@ -30,8 +30,9 @@ class KVPool:
     them that none owns (padding rows of recorded decode steps write there). ``dtype`` is the KV dtype
     (``--kv-cache-dtype``): a float dtype, or int8/float8_e4m3fn codes with per-token, per-head scales.
 
-    The storage is ``torch.empty`` unless ``zeroed``: every slot is written before it is read, and zeroing
-    gigabytes costs seconds."""
+    The storage is ``torch.empty`` unless ``zeroed``, because zeroing gigabytes costs seconds: a backend may
+    gather whole blocks, but must keep the slots no sequence has written (which may hold NaN) out of its output
+    (:mod:`frame.testing.attention_pool` checks it)."""
 
     def __init__(self, spec: KVCacheSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device | str, scratch_blocks: int = 0, zeroed: bool = False) -> None:

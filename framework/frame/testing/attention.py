@@ -25,6 +25,7 @@ from frame.interfaces.kv_layout import sequence_metadata
 from frame.interfaces.platform import Platform
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
+from frame.testing.attention_pool import UnwrittenSlotChecks
 
 #: Sequence kinds :func:`make_random_batch` mixes.
 KINDS = ("prefill", "chunk", "decode")
@@ -163,7 +164,7 @@ def tolerance(dtype: torch.dtype) -> dict[str, float]:
     return {"atol": 2e-2, "rtol": 2e-2}
 
 
-class AttentionBackendSuite:
+class AttentionBackendSuite(UnwrittenSlotChecks):
     """Subclass with ``plugin_name = "<backend>"`` (and ``platform_name`` if not ``cpu``) to run the suite.
 
     The backend is created through the plugin's ``frame_attention_create`` hook on the named platform; the suite

@@ -79,9 +79,11 @@ class SdpaAttention(AttentionBackend):
         q_bd = q.new_zeros(batch, kv_heads, groups, kv_heads, dim)
         q_bd.diagonal(dim1=1, dim2=3).copy_(q.view(batch, kv_heads, groups, dim).permute(0, 2, 3, 1))
         k = self._gather(k_cache, group.blocks).view(batch, length, kv_heads * dim)
-        v = self._gather(v_cache, group.blocks).view(batch, length, kv_heads * dim)
+        v = group.clear_padding(self._gather(v_cache, group.blocks).view(batch, length, kv_heads * dim))
         scores = torch.bmm(q_bd.view(batch, heads, kv_heads * dim), k.transpose(1, 2))
-        scores = self._capped(scores.float().mul_(self.scale)).add_(group.bias(torch.float32, self.sliding_window))
+        # masked_fill, not adding the -inf bias: a padded slot's score may be NaN, and NaN - inf is NaN.
+        scores = self._capped(scores.float().mul_(self.scale)).masked_fill_(group.hidden(self.sliding_window),
+                                                                            float("-inf"))
         probs = torch.softmax(scores, dim=-1).to(v.dtype)
         out = torch.bmm(probs, v).view(batch, kv_heads, groups, kv_heads, dim).diagonal(dim1=1, dim2=3)
         return out.permute(0, 3, 1, 2).reshape(batch, heads, dim).to(query.dtype)
@@ -93,8 +95,9 @@ class SdpaAttention(AttentionBackend):
         # Query heads h = kv * groups + g all read KV head kv: fold them into the query length of that head.
         q = query.index_select(0, group.rows).to(self._compute_dtype(k_cache))
         q = q.view(batch, self.num_kv_heads, groups, self.head_dim)
-        k = self._gather(k_cache, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
-        v = self._gather(v_cache, group.blocks).view(batch, length, self.num_kv_heads, self.head_dim)
+        k = group.clear_padding(self._gather(k_cache, group.blocks).view(batch, length, -1))
+        v = group.clear_padding(self._gather(v_cache, group.blocks).view(batch, length, -1))
+        k, v = (x.view(batch, length, self.num_kv_heads, self.head_dim) for x in (k, v))
         if self.logit_softcap is not None:
             o = self._explicit(q, k.transpose(1, 2), v.transpose(1, 2),
                                group.bias(torch.float32, self.sliding_window)[:, None])

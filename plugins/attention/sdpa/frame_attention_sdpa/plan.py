@@ -32,19 +32,34 @@ class DecodeGroup:
     num_blocks: int
     mask: torch.Tensor
     lens: torch.Tensor
-    _biases: dict[tuple[torch.dtype, int | None], torch.Tensor] = field(default_factory=dict)
+    _biases: dict[tuple[torch.dtype | str, int | None], torch.Tensor] = field(default_factory=dict)
 
     def bias(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
         """``0`` where a slot is visible, ``-inf`` elsewhere, in ``dtype``; built once per step, dtype and window."""
         bias = self._biases.get((dtype, window))
         if bias is None:
+            bias = self._biases[(dtype, window)] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            bias.masked_fill_(self.hidden(window), float("-inf"))
+        return bias
+
+    def hidden(self, window: int | None = None) -> torch.Tensor:
+        """``[B, 1, N * block_size]``: True where the decoded token does not see a slot (padding, or outside
+        ``window``); built once per step and window."""
+        hidden = self._biases.get(("hidden", window))
+        if hidden is None:
             visible = self.mask
             if window is not None:  # the decoded token sits at position len - 1 and sees (len - 1 - window, len - 1]
                 positions = torch.arange(self.mask.shape[-1], device=self.mask.device)
                 visible = visible & (positions >= self.lens - window)
-            bias = self._biases[(dtype, window)] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
-            bias.masked_fill_(~visible, float("-inf"))
-        return bias
+            hidden = self._biases[("hidden", window)] = ~visible
+        return hidden
+
+    def clear_padding(self, gathered: torch.Tensor) -> torch.Tensor:
+        """Zero the padding slots of a gathered context ``[B, N * block_size, width]`` in place and return it.
+
+        Those slots were never written for this sequence: the pool is ``torch.empty``, so they may hold NaN or
+        infinity, and a zero probability times NaN is NaN."""
+        return gathered.masked_fill_(~self.mask.transpose(1, 2), 0)
 
 
 @dataclass
