@@ -12,6 +12,7 @@ from torch import nn
 
 from frame.interfaces.quantization import QuantizationMethod
 from frame.layers.basic import Linear
+from frame.layers.moe import FusedExperts
 from frame.layers.quantized import arrived_packed, joined_rows
 
 
@@ -25,6 +26,9 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None,
     dense storage that only linears would read. Returns how many weights are packed. ``input_absmax`` (module path
     to its largest ``|x|`` per input feature, :mod:`frame.engine.worker.calibration`) goes to a method that
     calibrates."""
+    for module in model.modules():
+        if isinstance(module, FusedExperts):
+            module.finish_packed()
     users: dict[int, list[tuple[str, nn.Module]]] = {}
     weights: dict[int, nn.Parameter] = {}
     for path, module in model.named_modules():

@@ -12,16 +12,21 @@ the top ``k`` experts, optionally renormalised to sum to one and scaled. Shared 
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frame.interfaces.quantization import PackedWeight
 from frame.layers.activation import activation
 from frame.layers.basic import KernelLayer, Linear, copy_checked, empty_parameter
-from frame.layers.mlp import GatedMLP
+from frame.layers.mlp import GatedMLP, GatedProjection
+from frame.layers.parallel import SwiGLUProjection
 from frame.parallel import parallel_context
+
+log = logging.getLogger("frame.layers")
 
 Scoring = Literal["softmax", "sigmoid"]
 
@@ -53,7 +58,10 @@ class FusedExperts(KernelLayer):
     ``w2`` ``[E, H, I]``, where ``I`` is this rank's slice of the ``intermediate`` features.
 
     Checkpoint tensors arrive one expert at a time with parts ``"{e}.gate"``, ``"{e}.up"`` and ``"{e}.down"``
-    (``[I_full, H]``, ``[I_full, H]``, ``[H, I_full]``); each keeps this rank's slice.
+    (``[I_full, H]``, ``[I_full, H]``, ``[H, I_full]``); each keeps this rank's slice. When a quantization plugin
+    hands them packed (a GGUF's ``ffn_*_exps`` blocks), :meth:`finish_packed` moves them into one
+    :class:`PackedExpert` per expert (:attr:`packed_experts`), whose linears take the platform's packed kernels,
+    and frees the dense stacks.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, act: str, device: torch.device,
@@ -63,11 +71,16 @@ class FusedExperts(KernelLayer):
         self.start, self.size = parallel_context().split(intermediate)
         self.w13 = empty_parameter(num_experts, 2 * self.size, hidden, device=device, dtype=dtype)
         self.w2 = empty_parameter(num_experts, hidden, self.size, device=device, dtype=dtype)
-        self.act_name = act
+        self.act_name, self.field = act, field
         self.act = activation(act, field)
+        self.packed_experts: nn.ModuleList | None = None
+        self._packed_parts: dict[tuple[int, str], PackedWeight] = {}
+        self._dense_parts = 0
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """``sum_k weights[t, k] * expert[ids[t, k]](x[t])`` ``[T, H]`` in ``x``'s dtype (this rank's partial sum)."""
+        if self.packed_experts is not None:
+            return self.reference(x, ids, weights)
         if self.kernel is not None:
             out = self.kernel(x, ids, weights)
             if out is not None:
@@ -79,8 +92,11 @@ class FusedExperts(KernelLayer):
         out = torch.zeros_like(x)
         for expert in torch.unique(ids).tolist():
             token, slot = torch.where(ids == expert)
-            gate, up = F.linear(x[token], self.w13[expert]).chunk(2, dim=-1)
-            y = F.linear(self.act(gate) * up, self.w2[expert]) * weights[token, slot, None]
+            if self.packed_experts is not None:
+                y = self.packed_experts[expert](x[token]).float() * weights[token, slot, None]
+            else:
+                gate, up = F.linear(x[token], self.w13[expert]).chunk(2, dim=-1)
+                y = F.linear(self.act(gate) * up, self.w2[expert]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(x.dtype))
         return out
 
@@ -90,6 +106,10 @@ class FusedExperts(KernelLayer):
                 "gate", "up", "down"):
             raise ValueError(f"this layer holds {self.num_experts} experts' gate, up and down weights, not {part!r}")
         e = int(expert)
+        if isinstance(tensor, PackedWeight):
+            self._packed_parts[(e, which)] = tensor
+            return
+        self._dense_parts += 1
         if which == "down":
             if tensor.shape[-1] != self.full_intermediate:
                 raise ValueError(f"a down weight of {tensor.shape[-1]} inputs does not fit {self.full_intermediate}")
@@ -103,6 +123,57 @@ class FusedExperts(KernelLayer):
     def load_targets(self) -> list[tuple[str, str | None]]:
         """Every ``(kind, part)`` a checkpoint must fill."""
         return [("weight", f"{e}.{which}") for e in range(self.num_experts) for which in ("gate", "up", "down")]
+
+    def finish_packed(self) -> None:
+        """After loading: give the experts whose weights arrived packed their :class:`PackedExpert` modules (the
+        loader then joins each one's gate and up rows), or, if some parts arrived dense too, dequantize the packed
+        ones into the dense stacks."""
+        parts, self._packed_parts = self._packed_parts, {}
+        if not parts:
+            return
+        if self._dense_parts:
+            log.info("an MoE layer's experts arrived partly dense; the packed ones are dequantized")
+            for (e, which), packed in parts.items():
+                self.load("weight", packed.dequantize(self.w13.dtype), f"{e}.{which}")
+            return
+        device, dtype = self.w13.device, self.w13.dtype
+        hidden = self.w13.shape[-1]
+        self.packed_experts = nn.ModuleList(
+            PackedExpert(hidden, self.full_intermediate, self.act_name, device, dtype, self.field)
+            for _ in range(self.num_experts))
+        for (e, which), packed in parts.items():
+            self.packed_experts[e].load(which, packed)
+        self.w13 = self.w2 = None  # the packed experts hold every weight
+
+
+class PackedExpert(nn.Module):
+    """One expert of :class:`FusedExperts` whose weights stay packed: its gate-up projection and its down
+    projection as linears (this rank's slice of the intermediate features), so a platform's kernels for packed
+    linears run it. Its output is this rank's partial sum; the MoE block reduces once over the ranks."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str, device: torch.device, dtype: torch.dtype,
+                 field: str) -> None:
+        super().__init__()
+        if act in ("silu", "swish"):
+            self.gate_up: SwiGLUProjection | GatedProjection = SwiGLUProjection(hidden, intermediate, False, device,
+                                                                                dtype)
+        else:
+            self.gate_up = GatedProjection(hidden, intermediate, act, False, device, dtype, field)
+        self.start, size = self.gate_up.output_range
+        self.full_intermediate = intermediate
+        self.down = Linear(size, hidden, False, device, dtype)
+
+    def load(self, which: str, packed: PackedWeight) -> None:
+        """Keep this rank's slice of the expert's ``gate``, ``up`` or ``down`` weight."""
+        if which == "down":
+            if packed.shape[-1] != self.full_intermediate:
+                raise ValueError(f"a down weight of {packed.shape[-1]} inputs does not fit {self.full_intermediate}")
+            copy_checked(self.down.weight, packed.narrow(-1, self.start, self.down.weight.shape[-1]), "weight")
+        else:
+            self.gate_up.load("weight", packed, which)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.gate_up(x))
 
 
 class MixtureOfExperts(nn.Module):

@@ -15,6 +15,7 @@ import torch
 
 from frame.interfaces.kv_dtype import KV_CACHE_DTYPES, is_quantized, read_rows
 from frame.interfaces.kv_layout import slots_of
+from frame.testing.attention_reference import make_random_batch, quantized_kv, reference_attention, tolerance
 
 
 def written_slots(meta, num_slots: int) -> torch.Tensor:
@@ -43,8 +44,6 @@ class UnwrittenSlotChecks:
 
     @pytest.mark.parametrize("kv_dtype", ["float", "int8", "fp8"])
     def test_unwritten_slots_never_reach_the_output(self, hooks, platform, kv_dtype: str) -> None:
-        from frame.testing.attention import make_random_batch, quantized_kv, reference_attention, tolerance
-
         pool_dtype = KV_CACHE_DTYPES.get(kv_dtype)
         if pool_dtype is not None and kv_dtype not in hooks.attention_kv_dtypes(self.plugin_name):
             pytest.skip(f"{self.plugin_name} does not read a {kv_dtype} KV cache")

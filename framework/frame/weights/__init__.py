@@ -11,7 +11,7 @@ from pathlib import Path
 
 from frame.interfaces.model import WeightSource
 from frame.weights.cache import open_gguf
-from frame.weights.ggml import GGMLWeight
+from frame.weights.ggml import GGMLExperts, GGMLWeight
 from frame.weights.gguf import GGUFWeights
 from frame.weights.mixed import MixedRows
 from frame.weights.safetensors import SafetensorsWeights
@@ -27,4 +27,4 @@ def open_weights(path: str | Path) -> WeightSource:
     raise ValueError(f"{path} is neither a .gguf file nor a folder of *.safetensors files")
 
 
-__all__ = ["GGMLWeight", "GGUFWeights", "MixedRows", "SafetensorsWeights", "open_weights"]
+__all__ = ["GGMLExperts", "GGMLWeight", "GGUFWeights", "MixedRows", "SafetensorsWeights", "open_weights"]

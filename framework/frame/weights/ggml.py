@@ -63,3 +63,24 @@ class GGMLWeight(PackedWeight):
         writes)."""
         blocks = quantize(dense.float().numpy(), GGML_TYPES[format])
         return cls(format, torch.from_numpy(np.ascontiguousarray(blocks)), dense.shape[1])
+
+
+class GGMLExperts:
+    """A GGUF MoE tensor (``ffn_*_exps``): one :class:`GGMLWeight` per expert, ``blocks`` uint8 ``[E, out,
+    in / B * bytes]`` the file's bytes (not copied). It indexes and measures like the dense ``[E, out, in]`` stack
+    it stands for, so :func:`frame.weights.names.unstack_experts` hands each expert's matrix on packed."""
+
+    def __init__(self, format: str, blocks: torch.Tensor, in_features: int) -> None:
+        self.format, self.blocks, self.in_features = format, blocks, in_features
+
+    @property
+    def shape(self) -> torch.Size:
+        """The dense stack's shape ``[E, out, in]``."""
+        return torch.Size((self.blocks.shape[0], self.blocks.shape[1], self.in_features))
+
+    def __getitem__(self, expert: int) -> GGMLWeight:
+        return GGMLWeight(self.format, self.blocks[expert], self.in_features)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The dense stack ``[E, out, in]`` in ``dtype``."""
+        return torch.stack([self[e].dequantize(dtype) for e in range(self.blocks.shape[0])])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from frame.interfaces.quantization import PackedWeight
-from frame.weights import GGMLWeight, GGUFWeights
+from frame.weights import GGMLExperts, GGMLWeight, GGUFWeights
 from frame.weights.ggml import GGML_TYPES
 from frame.weights.progress import track_tensors
 
@@ -41,8 +41,9 @@ def mapped(array: np.ndarray) -> torch.Tensor:
 
 
 class PackedGGUFWeights(GGUFWeights):
-    """A GGUF file's tensors with llama.cpp names: matrices in a ``keep`` format as :class:`GGMLWeight` (the
-    file's bytes in its memory map, not copied), every other tensor dequantised to float32 as the core reads it."""
+    """A GGUF file's tensors with llama.cpp names: matrices in a ``keep`` format as :class:`GGMLWeight` and MoE
+    expert stacks as :class:`GGMLExperts` (the file's bytes in its memory map, not copied), every other tensor
+    dequantised to float32 as the core reads it."""
 
     def __init__(self, path: str | Path, keep: frozenset[str] = frozenset(KEPT_FORMATS)) -> None:
         super().__init__(path)
@@ -55,10 +56,11 @@ class PackedGGUFWeights(GGUFWeights):
         for tensor in self.reader.tensors:
             kind = tensor.tensor_type.name
             fmt = _FORMAT_OF.get(tensor.tensor_type)
-            if kind not in _DENSE_TYPES and not (fmt in self.keep and len(tensor.shape) == 2):
+            if kind not in _DENSE_TYPES and not (fmt in self.keep and len(tensor.shape) in (2, 3)):
                 by_type.setdefault(kind.lower(), []).append(tensor.name)
         for kind, names in by_type.items():
-            why = ("not a matrix, or left out of --quantization-opt keep" if kind in KEPT_FORMATS else
+            why = ("not a matrix or a stack of experts' matrices, or left out of --quantization-opt keep"
+                   if kind in KEPT_FORMATS else
                    "frame keeps no packed format of this type")
             log.warning("%s: %d %s tensor%s dequantized to float32 at load (%s): %s", self.path.name, len(names), kind,
                         "s" if len(names) > 1 else "", why, tensor_summary(names))
@@ -67,10 +69,14 @@ class PackedGGUFWeights(GGUFWeights):
         self.log_dense_quantized()
         for tensor in self.reader.tensors:
             fmt = _FORMAT_OF.get(tensor.tensor_type)
-            if fmt in self.keep and len(tensor.shape) == 2:
+            if fmt in self.keep and len(tensor.shape) in (2, 3):
                 in_features = int(tensor.shape[0])  # GGUF lists dimensions fastest first
                 blocks = mapped(tensor.data)
-                yield tensor.name, GGMLWeight(fmt, blocks.reshape(int(tensor.shape[1]), -1), in_features)
+                if len(tensor.shape) == 2:
+                    yield tensor.name, GGMLWeight(fmt, blocks.reshape(int(tensor.shape[1]), -1), in_features)
+                else:  # an MoE stack [E, out, in]: each expert's matrix stays packed
+                    shape = (int(tensor.shape[2]), int(tensor.shape[1]), -1)
+                    yield tensor.name, GGMLExperts(fmt, blocks.reshape(shape), in_features)
             else:
                 yield tensor.name, self.dense(tensor)
 

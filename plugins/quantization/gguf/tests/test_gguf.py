@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from frame import default_model_path
-from frame.weights import GGMLWeight
+from frame.weights import GGMLExperts, GGMLWeight
 from frame_quantization_gguf import GGUFMethod, GGUFOptions, PackedGGUFWeights
 from frame_quantization_gguf.weights import tensor_summary
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -108,16 +108,16 @@ def test_a_mixed_file_keeps_each_tensor_in_its_own_type(tmp_path: Path, caplog) 
         assert isinstance(tensor, GGMLWeight) and tensor.format == fmt and tensor.shape == (16, 512)
         assert np.array_equal(tensor.tensors["blocks"].numpy(), raw)  # the file's bytes, unchanged
         np.testing.assert_array_equal(tensor.dequantize().numpy(), reference)
-    assert isinstance(tensors["blk.0.ffn_down_exps.weight"], torch.Tensor)
+    experts = tensors["blk.0.ffn_down_exps.weight"]  # an MoE stack stays packed, expert by expert
+    assert isinstance(experts, GGMLExperts) and experts.format == "q4_k" and experts.shape == (2, 16, 512)
+    assert isinstance(experts[1], GGMLWeight) and experts[1].tensors["blocks"].shape == (16, 288)
     lines = sorted(r.getMessage() for r in caplog.records)
     # One line per type arriving dense, naming the type, why, and the tensors.
     assert lines == [
         "mixed.gguf: 1 iq2_xs tensor dequantized to float32 at load (frame keeps no packed format of this type): "
         "blk.2.ffn_gate.weight",
         "mixed.gguf: 1 iq2_xxs tensor dequantized to float32 at load (frame keeps no packed format of this type): "
-        "blk.1.ffn_gate.weight",
-        "mixed.gguf: 1 q4_k tensor dequantized to float32 at load (not a matrix, or left out of --quantization-opt "
-        "keep): blk.0.ffn_down_exps.weight"]
+        "blk.1.ffn_gate.weight"]
 
 
 def test_the_dense_tensors_of_a_type_are_named_by_layer_pattern() -> None:
