@@ -53,11 +53,16 @@ def rss_mb(pid: int) -> float:
 
 
 def processes(server_pid: int, engine_pid: int) -> dict[str, int]:
-    """The server's processes by role: the API server, its engine core, and its render workers."""
+    """The server's processes by role: the API server, its engine core, its render workers and its constraint
+    worker (replaced when a compile runs past the limit: the one alive now)."""
     out = {"api_server": server_pid, "engine": engine_pid}
     children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
-    workers = [int(p) for p in children if b"render_worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    cmdlines = {int(p): Path(f"/proc/{p}/cmdline").read_bytes() for p in children}
+    workers = [pid for pid, cmd in cmdlines.items() if b"render_worker" in cmd]
     out.update({f"render_worker_{i}": pid for i, pid in enumerate(sorted(workers))})
+    for pid, cmd in cmdlines.items():
+        if b"constraint_worker" in cmd:
+            out["constraint_worker"] = pid
     return out
 
 

@@ -1,8 +1,8 @@
 """The engine compiles a grammar off its loop (issue 36): requests it is already serving keep their pace meanwhile.
 
-A constraint that takes seconds to compile is compiled twice: by the API server before admitting it (in a thread)
-and by the engine (in its compile thread, the request waiting apart until its grammar is ready). Ordinary requests
-sent all along never wait for either compile.
+A constraint that takes seconds to compile is compiled twice: by the API server before admitting it (in its
+constraint worker process) and by the engine (in its compile thread, the request waiting apart until its grammar is
+ready). Ordinary requests sent all along never wait for either compile.
 """
 
 from __future__ import annotations

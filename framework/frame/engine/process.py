@@ -5,10 +5,11 @@ in the child's environment (:data:`CONFIG_ENV`), addresses as arguments: plain d
 with :func:`start_child` (its arguments, its log format, SIGINT left to the parent, and :func:`watch_parent`, so it
 ends with its parent) and talks over :class:`ChildSockets` (orders in on a PULL socket, answers out on a PUSH
 socket, both through the wire codec). The engine core's process and the tensor-parallel workers' use all three;
-the API server's chat-template workers start through :func:`spawn_piped` and talk over their pipes (frames of the
-same codec), beginning with :func:`watch_parent`. Ray actors are placed through placement groups instead: a
-placement the cluster cannot hold is refused at once (:func:`check_fits`), one that stays unmet fails after
-:data:`PLACEMENT_TIMEOUT_S` (:func:`wait_placed`), each naming the resources asked for and those Ray has.
+the API server's chat-template workers and its constraint worker start through :func:`spawn_piped` and talk over
+their pipes (frames of the same codec), beginning with :func:`watch_parent`. Ray actors are placed through
+placement groups instead: a placement the cluster cannot hold is refused at once (:func:`check_fits`), one that
+stays unmet fails after :data:`PLACEMENT_TIMEOUT_S` (:func:`wait_placed`), each naming the resources asked for and
+those Ray has.
 
 Imports nothing heavy (no torch, no transformers): a light child does not pay for them to watch its parent.
 """
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import zmq
 
-from frame.engine.wire.codec import decode, encode
+from frame.engine.wire.codec import decode, encode, encode_frame, read_frame
 from frame.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -60,11 +61,36 @@ def spawn(module: str, args: list[str], env: dict[str, str], stdin: int | None =
 
 
 async def spawn_piped(module: str, args: list[str]) -> asyncio.subprocess.Process:
-    """:func:`spawn` for an asyncio caller whose child talks over its stdin and stdout (the chat-template workers):
-    ``python -m module *args --parent-pid <this process>`` with both pipes open."""
+    """:func:`spawn` for an asyncio caller whose child talks over its stdin and stdout (the chat-template and
+    constraint workers): ``python -m module *args --parent-pid <this process>`` with both pipes open."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid()),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+
+
+def serve_piped(prog: str, argv: list[str] | None, incoming: Any,
+                start: Callable[[Any], tuple[Any, Callable[[Any], Any]]]) -> int:
+    """The child side of :func:`spawn_piped`: its arguments (``--parent-pid``), stdout kept for frames alone (stray
+    prints go to stderr, the log), the parent watch, then frames of ``incoming`` (a tagged union) on stdin.
+    ``start(first message)`` returns the ready answer and the handler of every later message (whose answer goes
+    back; None: none); it may raise SystemExit for a first message of the wrong kind. Returns at end of input."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    inp = sys.stdin.buffer
+    watch_parent(args.parent_pid)
+    data = read_frame(inp)
+    if data is None:
+        return 0
+    ready, handle = start(decode(data, incoming))
+    out.write(encode_frame(ready))
+    while (data := read_frame(inp)) is not None:
+        answer = handle(decode(data, incoming))
+        if answer is not None:
+            out.write(encode_frame(answer))
+    return 0
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:

@@ -129,7 +129,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
         metrics = ServerMetrics()
         state = ServerState(settings, client, AsyncEngine(client, tokenizer), tokenizer, info, metrics,
                             Prompts(tokenizer, pool, settings),
-                            ConstraintChecker(config, tokenizer, info.vocab_size, stops, metrics.grammar_compilations,
+                            ConstraintChecker(config, info.vocab_size, stops, metrics.grammar_compilations,
                                               settings.grammar_compile_timeout_s, settings.limits.max_choice_chars,
                                               metrics.grammar_seconds))
         app.state.frame = state
@@ -155,6 +155,7 @@ def build_app(config: EngineConfig, settings: ServerSettings) -> FastAPI:
             await state.client.shutdown()
             await pool.close()
             state.prompts.close()
+            state.constraints.close()
             app.state.frame = None
 
     app = FastAPI(title="frame", version=__version__, lifespan=lifespan)

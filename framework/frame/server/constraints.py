@@ -1,40 +1,44 @@
 """Constraints: a request's ``response_format`` or ``structured_outputs``, made a StructuredOutputs and checked.
 
-The server compiles every constraint with its own instance of the engine's grammar backend (``--grammar-backend``)
-before admitting the request, so a schema, regex or grammar the backend cannot compile is a 400 naming the field,
-streaming or not, and never reaches the engine. Compilation runs in a thread of its own (xgrammar releases the GIL,
-so the event loop goes on) under a time limit (``--grammar-compile-timeout``): a constraint that does not compile
-in time is a 400 naming the limit, and the same constraint sent again is refused at once. A thread cannot be
-stopped, so the late compile runs on to its end in a second thread while the next constraint compiles; the size
-bounds (``--max-choice-chars`` here, the backend's repetition and depth bounds) keep such compiles rare.
+The server compiles every constraint with the engine's grammar backend (``--grammar-backend``) before admitting the
+request, so a schema, regex or grammar the backend cannot compile is a 400 naming the field, streaming or not, and
+never reaches the engine. Compilation runs in a worker process of its own (:mod:`frame.server.constraint_worker`,
+started at the first constraint) under a time limit (``--grammar-compile-timeout``): a constraint that does not
+compile in time is a 400 naming the limit, its worker is killed (a thread could not be stopped) and a fresh one
+starts, and the same constraint sent again is refused at once. The size bounds (``--max-choice-chars`` here, the
+backend's repetition and depth bounds) refuse the costliest constraints before any compile.
 
 The server keeps no compiled grammar: it remembers only the SHA-256 digests of the constraints that compiled (and
 of those too slow to), so a schema a client sends again costs a dictionary lookup; the engine compiles and caches
-its own copy (bounded in bytes, ``--grammar-cache-bytes``).
+its own copy (bounded in bytes, ``--grammar-cache-bytes``), which takes no longer than the check here did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
-import time
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from frame.config import EngineConfig, resolve_plugin_options
+from frame.config import EngineConfig
+from frame.engine.wire.constraint import Check, CheckInit, FromConstraintWorker
+from frame.engine.wire.render import Ready
 from frame.errors import InvalidSamplingError
-from frame.interfaces.grammar import GrammarBackend
-from frame.plugins.hooks import PluginHooks
-from frame.plugins.registry import PluginRegistry
 from frame.sampling_params import StructuredOutputs
 from frame.server.errors import ClientDisconnectedError, ServerError
+from frame.server.piped import PipedWorker
 from frame.server.schemas import SamplingFields
+
+log = logging.getLogger("frame.server")
 
 #: Digests of constraints remembered as compiled (or as too slow): 32 bytes each.
 CACHE_SIZE = 4096
+#: Seconds the constraint worker has to start (import the backend, load the tokenizer, build its tables).
+START_TIMEOUT_S = 120.0
 
 
 def requested_constraint(req: SamplingFields) -> tuple[StructuredOutputs, str] | None:
@@ -61,42 +65,49 @@ def requested_constraint(req: SamplingFields) -> tuple[StructuredOutputs, str] |
 
 
 class ConstraintChecker:
-    """Compiles constraints with the configured grammar backend (built on first use), remembering the good ones."""
+    """Compiles constraints in a worker process (started on first use), remembering the good ones."""
 
-    def __init__(self, config: EngineConfig, tokenizer: Any, vocab_size: int, stop_token_ids: list[int],
-                 counter: Any = None, timeout_s: float = 20.0, max_choice_chars: int = 16384,
-                 seconds: Any = None) -> None:
-        self.config, self.tokenizer, self.vocab_size, self.stop = config, tokenizer, vocab_size, stop_token_ids
+    def __init__(self, config: EngineConfig, vocab_size: int, stop_token_ids: list[int], counter: Any = None,
+                 timeout_s: float = 20.0, max_choice_chars: int = 16384, seconds: Any = None) -> None:
+        self.init = CheckInit(config.model_dump_json(), vocab_size, list(stop_token_ids))
         self.counter = counter  # frame_grammar_compilations, by outcome
         self.seconds = seconds  # frame_grammar_compile_seconds (a histogram)
         self.timeout_s, self.max_choice_chars = timeout_s, max_choice_chars
-        self._backend: GrammarBackend | None = None
+        self._worker: asyncio.Task[PipedWorker] | None = None
+        self._reaping: set[asyncio.Future[None]] = set()
         self._good: OrderedDict[bytes, None] = OrderedDict()
         self._slow: OrderedDict[bytes, None] = OrderedDict()
         self._lock = asyncio.Lock()
-        # Two threads: one compile at a time, and room for one that ran past its limit to finish.
-        self._threads = ThreadPoolExecutor(2, thread_name_prefix="frame-grammar")
 
     def _count(self, outcome: str) -> None:
         if self.counter is not None:
             self.counter.labels(outcome=outcome).inc()
 
-    def _build(self) -> GrammarBackend:
-        hooks = PluginHooks(PluginRegistry())
-        name = self.config.grammar_backend
-        hooks.registry.load("grammar", name)
-        options = resolve_plugin_options("grammar", name, self.config.grammar_options,
-                                         hooks.options_model("grammar", name))
-        return hooks.create_grammar_backend(name, self.tokenizer, self.vocab_size, self.stop, options)
+    def _observe(self, seconds: float) -> None:
+        if self.seconds is not None:
+            self.seconds.observe(seconds)
 
-    def _compile(self, spec: StructuredOutputs) -> None:
-        assert self._backend is not None
-        started = time.perf_counter()
-        try:
-            self._backend.compile(spec)
-        finally:
-            if self.seconds is not None:
-                self.seconds.observe(time.perf_counter() - started)
+    def _start_worker(self) -> None:
+        self._worker = asyncio.ensure_future(PipedWorker.start(
+            "frame.server.constraint_worker", self.init, FromConstraintWorker, Ready, "constraint worker",
+            START_TIMEOUT_S))
+
+    async def _ready_worker(self) -> PipedWorker:
+        """The live worker, started (or restarted) as needed; its start is outside any compile's time limit."""
+        if self._worker is None or (self._worker.done() and (
+                self._worker.exception() is not None or self._worker.result().proc.returncode is not None)):
+            self._start_worker()
+        assert self._worker is not None
+        return await asyncio.shield(self._worker)
+
+    def _replace_worker(self, worker: PipedWorker) -> None:
+        """Kill ``worker`` (mid-compile, or broken) and start its successor in the background."""
+        with contextlib.suppress(ProcessLookupError):
+            worker.proc.kill()
+        reaped = asyncio.ensure_future(worker.kill())  # collects its exit status
+        self._reaping.add(reaped)
+        reaped.add_done_callback(self._reaping.discard)
+        self._start_worker()
 
     def _check_sizes(self, spec: StructuredOutputs, field: str) -> None:
         """Bounds checked before compiling: a choice string's length (its compile time grows with its square)."""
@@ -114,7 +125,16 @@ class ConstraintChecker:
             seen.popitem(last=False)
 
     def close(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        """Kill the worker (the server stops); safe to call twice."""
+        if self._worker is None:
+            return
+        if self._worker.done():
+            if self._worker.exception() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._worker.result().proc.kill()
+        else:
+            self._worker.cancel()  # a starting worker kills its process when cancelled
+        self._worker = None
 
     async def drop_if_gone(self, disconnected: Callable[[], Awaitable[bool]]) -> None:
         """Raise ClientDisconnectedError when a constrained request's client left while its prompt was prepared:
@@ -130,7 +150,7 @@ class ConstraintChecker:
         Compilations run one at a time (each is CPU work of up to seconds); a request waits its turn, and when its
         turn comes and ``disconnected()`` says its client has left, it is dropped uncompiled
         (ClientDisconnectedError) and never reaches the engine, which would compile it too. A compile that passes
-        ``timeout_s`` is a 400 naming the limit and its flag."""
+        ``timeout_s`` is a 400 naming the limit and its flag, and its worker is killed."""
         key = hashlib.sha256(spec.key().encode()).digest()
         if key in self._slow:
             self._slow.move_to_end(key)
@@ -148,25 +168,40 @@ class ConstraintChecker:
                 self._count("skipped_disconnected")
                 raise ClientDisconnectedError
             self._check_sizes(spec, field)
-            loop = asyncio.get_running_loop()
-            if self._backend is None:  # built once (seconds: the vocabulary's tables), outside any time limit
-                self._backend = await loop.run_in_executor(self._threads, self._build)
-            job = self._threads.submit(self._compile, spec)
-            try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), self.timeout_s)
-            except asyncio.TimeoutError:
-                self._count("timed_out")
-                if not job.cancel():  # it ran out of time itself (not queued behind two late compiles): remembered
-                    self._remember(self._slow, key)
-                raise self._too_slow(field) from None
-            except InvalidSamplingError as err:
-                self._count("failed")
-                if field.startswith("structured_outputs"):
-                    raise
-                reason = err.message.split(" ", 1)[1] if " " in err.message else err.message
-                raise InvalidSamplingError(f"{field} {reason}", param=field) from None
+            await self._compile(spec, field, key)
             self._count("compiled")
         self._remember(self._good, key)
+
+    async def _compile(self, spec: StructuredOutputs, field: str, key: bytes) -> None:
+        worker = await self._ready_worker()
+        try:
+            reply = await asyncio.wait_for(worker.call(Check(spec)), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._observe(self.timeout_s)
+            self._count("timed_out")
+            self._remember(self._slow, key)
+            log.warning("a constraint ran past %.1f s to compile; its worker is killed and replaced", self.timeout_s)
+            self._replace_worker(worker)
+            raise self._too_slow(field) from None
+        except BaseException as err:  # a dead pipe (the worker crashed on it), a cancellation mid-reply
+            self._replace_worker(worker)
+            if not isinstance(err, (asyncio.IncompleteReadError, ConnectionError)):
+                raise
+            log.error("the constraint worker exited while compiling a constraint; it is replaced")
+            self._count("failed")
+            raise ServerError(f"{field} could not be compiled within this server's limits; send a simpler "
+                              "constraint.", status=400, code="grammar_failed", param=field) from None
+        if isinstance(reply, Ready):
+            self._replace_worker(worker)
+            raise RuntimeError("the constraint worker answered ready to a constraint")
+        self._observe(reply.seconds)
+        if reply.message is None:
+            return
+        self._count("failed")
+        if field.startswith("structured_outputs"):
+            raise InvalidSamplingError(reply.message, param=reply.param)
+        reason = reply.message.split(" ", 1)[1] if " " in reply.message else reply.message
+        raise InvalidSamplingError(f"{field} {reason}", param=field)
 
     def _too_slow(self, field: str) -> ServerError:
         return ServerError(f"{field} did not compile within this server's limit of {self.timeout_s:g} s "

@@ -22,61 +22,36 @@ from typing import Any
 
 import msgspec
 
-from frame.engine.process import spawn_piped
-from frame.engine.wire.codec import FRAME_HEADER, decode, encode_frame
+from frame.engine.wire.codec import encode_frame
 from frame.engine.wire.render import FromRenderWorker, Init, Ready, Refused, Render, Rendered
 from frame.server.errors import ServerError
+from frame.server.piped import PipedWorker
 
 log = logging.getLogger("frame.server")
 
 #: Seconds a worker has to start (import jinja and transformers' template helpers).
 START_TIMEOUT_S = 120.0
+#: Codes of the refusals whose worker was killed and is being replaced (the time limit, a failed hand-off).
+REPLACED = frozenset({"template_timeout", "template_failed"})
 #: Seconds between attempts to replace a worker that failed to start.
 RESPAWN_DELAY_S = 1.0
 
 
-class _Worker:
-    """One worker process and its two pipes."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+class _Worker(PipedWorker):
+    """One chat-template worker process."""
 
     @classmethod
-    async def start(cls, init: Init) -> _Worker:
-        proc = await spawn_piped("frame.server.render_worker", [])
-        worker = cls(proc)
-        try:
-            ready = await asyncio.wait_for(worker._call(init), START_TIMEOUT_S)
-        except asyncio.IncompleteReadError:
-            await worker.kill()
-            raise RuntimeError("a chat-template worker exited while starting; the log above says why") from None
-        except BaseException:
-            await worker.kill()
-            raise
-        if not isinstance(ready, Ready):
-            await worker.kill()
-            raise RuntimeError(f"the render worker answered {type(ready).__name__} instead of ready")
-        return worker
-
-    async def _call(self, msg: msgspec.Struct | bytes) -> FromRenderWorker:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(msg if isinstance(msg, bytes) else encode_frame(msg))
-        await self.proc.stdin.drain()
-        (size,) = FRAME_HEADER.unpack(await self.proc.stdout.readexactly(FRAME_HEADER.size))
-        return decode(await self.proc.stdout.readexactly(size), FromRenderWorker)  # type: ignore[arg-type]
+    async def begin(cls, init: Init) -> _Worker:
+        worker = await cls.start("frame.server.render_worker", init, FromRenderWorker, Ready, "chat-template worker",
+                                 START_TIMEOUT_S)
+        return worker  # type: ignore[return-value]
 
     async def render(self, job: bytes) -> Rendered | Refused:
         """Send one encoded :class:`Render` and wait for the answer."""
-        reply = await self._call(job)
+        reply = await self.call(job)
         if isinstance(reply, Ready):
             raise RuntimeError("the render worker answered ready to a render")
         return reply
-
-    async def kill(self) -> None:
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-        await self.proc.wait()
 
 
 class RenderPool:
@@ -90,7 +65,7 @@ class RenderPool:
         self._closed = False
 
     async def start(self) -> None:
-        workers = await asyncio.gather(*(_Worker.start(self.init) for _ in range(self.size)))
+        workers = await asyncio.gather(*(_Worker.begin(self.init) for _ in range(self.size)))
         for worker in workers:
             self._add(worker)
 
@@ -182,7 +157,7 @@ class RenderPool:
         await old.kill()
         while not self._closed:
             try:
-                self._add(await _Worker.start(self.init))
+                self._add(await _Worker.begin(self.init))
                 return
             except Exception as err:
                 log.error("a chat-template worker failed to start (%s); retrying", err)

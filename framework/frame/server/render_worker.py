@@ -13,12 +13,10 @@ stdout (no pickle). Anything a library prints goes to stderr, never into the fra
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
+from collections.abc import Callable
 
-from frame.engine.process import watch_parent
-from frame.engine.wire.codec import decode, encode_frame, read_frame
+from frame.engine.process import serve_piped
 from frame.engine.wire.render import Init, Ready, Refused, Render, Rendered, ToRenderWorker
 
 #: Longest error message sent back (a template error may quote its whole input).
@@ -70,28 +68,15 @@ def render(init: Init, job: Render) -> Rendered | Refused:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="frame-render-worker")
-    parser.add_argument("--parent-pid", type=int, required=True)
-    args = parser.parse_args(argv)
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints land in the log, not in the frames
-    inp = sys.stdin.buffer
-    watch_parent(args.parent_pid)
-    data = read_frame(inp)
-    if data is None:
-        return 0
-    init = decode(data, ToRenderWorker)
-    if not isinstance(init, Init):
-        raise SystemExit("render worker: the first message must be init")
-    import transformers.utils.chat_template_utils  # noqa: F401 - loaded before the cap, so the cap is all headroom
+    def start(init: Init | Render) -> tuple[Ready, Callable[[Init | Render], Rendered | Refused | None]]:
+        if not isinstance(init, Init):
+            raise SystemExit("render worker: the first message must be init")
+        import transformers.utils.chat_template_utils  # noqa: F401 - loaded before the cap, so the cap is all headroom
 
-    _cap_memory(init.memory_bytes)
-    out.write(encode_frame(Ready()))
-    while (data := read_frame(inp)) is not None:
-        job = decode(data, ToRenderWorker)
-        if isinstance(job, Render):
-            out.write(encode_frame(render(init, job)))
-    return 0
+        _cap_memory(init.memory_bytes)
+        return Ready(), lambda job: render(init, job) if isinstance(job, Render) else None
+
+    return serve_piped("frame-render-worker", argv, ToRenderWorker, start)
 
 
 if __name__ == "__main__":
