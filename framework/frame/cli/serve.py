@@ -19,7 +19,7 @@ ENGINE_MODES = ("mp", "inproc")
 _COUNTS = ("max_n", "max_waiting_requests", "max_tokens_limit", "max_stop_chars", "max_prompt_chars",
            "max_stop_token_ids", "max_choice_chars",
            "max_body_bytes", "max_connections", "max_connections_per_client", "max_connections_per_key",
-           "tokenizer_workers")
+           "tokenizer_workers", "max_template_renders_per_client")
 _SECONDS = ("drain_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "tokenize_timeout",
             "grammar_compile_timeout")
 
@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chat-template worker processes, and tokenizer threads")
     server.add_argument("--tokenize-timeout", type=float, default=10.0,
                         help="seconds a chat template may render, or a prompt tokenise, before a 400")
+    server.add_argument("--max-template-renders-per-client", type=int, default=None,
+                        help="request-supplied chat templates one client (its API key, else its address) may have "
+                             "rendering or waiting at once; past it 429 (default: half of the workers that render "
+                             "request templates, at least 1)")
     server.add_argument("--enable-reset-prefix-cache", action="store_true",
                         help="serve POST /reset_prefix_cache, which empties the prefix cache (benchmarks resending "
                              "the same prompts start each run cold); off by default, as in vLLM")
@@ -187,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         engine_mode=args.engine, drain_timeout_s=args.drain_timeout, on_engine_death=args.on_engine_death,
         max_engine_restarts=args.max_engine_restarts, prompt_tokens_details=args.prompt_tokens_details,
         trust_request_chat_template=args.trust_request_chat_template, tokenizer_workers=args.tokenizer_workers,
-        tokenize_timeout_s=args.tokenize_timeout, grammar_compile_timeout_s=args.grammar_compile_timeout, http=http,
+        tokenize_timeout_s=args.tokenize_timeout,
+        max_template_renders_per_client=args.max_template_renders_per_client,
+        grammar_compile_timeout_s=args.grammar_compile_timeout, http=http,
         tool_parser=config.tool_parser or DEFAULT_TOOL_PARSER,
         tool_parser_options=config.tool_parser_options,
         enable_reset_prefix_cache=args.enable_reset_prefix_cache, chat_template=chat_template(args.chat_template),

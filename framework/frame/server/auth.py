@@ -22,6 +22,17 @@ from frame.server.errors import ANTHROPIC_PREFIX, error_body, shaped
 OPEN_PATHS = frozenset({"/health"})
 #: Where the middleware leaves the tenant's cache salt for the handlers (None: no salt from the key).
 TENANT_SCOPE_KEY = "frame.tenant_salt"
+#: Where the middleware leaves which key a request carried ("key 0", "key 1", ...), for per-key caps in handlers.
+KEY_SCOPE_KEY = "frame.api_key"
+
+
+def client_of(scope: Scope) -> str:
+    """Who sent a request, for per-client caps: its API key when the server has keys, else its client address."""
+    key = scope.get(KEY_SCOPE_KEY)
+    if key is not None:
+        return key
+    client = scope.get("client")
+    return f"address {client[0]}" if client else "address unknown"
 
 
 def tenant_salt(key: str) -> str:
@@ -94,6 +105,7 @@ class ApiKeyMiddleware:
                           "too_many_requests", (b"retry-after", b"1"))
             return
         scope[TENANT_SCOPE_KEY] = self.expected[index][1]
+        scope[KEY_SCOPE_KEY] = f"key {index}"
         self.in_flight[index] += 1
         try:
             await self.app(scope, receive, send)

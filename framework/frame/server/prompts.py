@@ -7,7 +7,10 @@ tokenisation past ``--tokenize-timeout`` is answered with a 400 while it finishe
 
 Request-supplied templates (``--trust-request-chat-template``) wait in a lane of their own before they take a
 worker: at most all workers but one render them at once, so clients sending slow templates (each up to the time
-limit) never hold every worker, and the model's own template always finds one within a render.
+limit) never hold every worker, and the model's own template always finds one within a render. Inside the lane
+each client (its API key when the server has keys, else its address) may have at most
+``--max-template-renders-per-client`` templates rendering or waiting; the next is a 429, so one client flooding
+slow templates holds only its share of the lane and another client's template finds a place at once.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from frame.engine.wire.render import Init, Render
 from frame.errors import FrameUsageError
 from frame.server.errors import ServerError
 from frame.server.handoff import check_plain
-from frame.server.render_pool import START_TIMEOUT_S, RenderPool
+from frame.server.render_pool import REPLACED, START_TIMEOUT_S, RenderPool
 from frame.server.schemas import ChatMessage
 from frame.server.settings import ServerSettings
 from frame.server.tools import template_message
@@ -58,7 +61,10 @@ class Prompts:
         self.tokenizer, self.pool, self.settings = tokenizer, pool, settings
         self.reserved = tokenizer_arguments(tokenizer)
         # With one worker there is none to keep back: request templates then share it (docs/serving.md).
-        self.request_lane = asyncio.Semaphore(max(pool.size - 1, 1))
+        lane = max(pool.size - 1, 1)
+        self.request_lane = asyncio.Semaphore(lane)
+        self.per_client = settings.max_template_renders_per_client or max(lane // 2, 1)
+        self._rendering: dict[str, int] = {}  # request templates rendering or waiting, by client
         self._threads = ThreadPoolExecutor(max_workers=settings.tokenizer_workers, thread_name_prefix="tokenize")
 
     @property
@@ -109,9 +115,11 @@ class Prompts:
         return chosen
 
     async def chat(self, messages: list[ChatMessage], add_generation_prompt: bool, template: str | None = None,
-                   kwargs: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> list[int]:
+                   kwargs: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None,
+                   client: str = "") -> list[int]:
         """Token ids of a conversation through the chat template (the model's, or a trusted request's), with the
-        request's tools when it has any."""
+        request's tools when it has any; ``client`` (:func:`frame.server.auth.client_of`) is who sent it, for the
+        per-client cap on request templates."""
         variables = dict(kwargs or {})
         steering = sorted(self.reserved.intersection(variables))
         if steering:
@@ -128,15 +136,33 @@ class Prompts:
             check_plain(tools, "tools")
             variables["tools"] = tools
         job = Render(conversation, add_generation_prompt, variables, own, self.max_chars)
-        text = await (self.pool.render(job) if own is None else self._render_requested(job))
+        text = await (self.pool.render(job) if own is None else self._render_requested(job, client))
         if not text:
             raise FrameUsageError("The chat template rendered these messages as nothing; send other messages.",
                                   param="messages")
         ids = await self.encode([text], add_special_tokens=False, param="messages")
         return ids[0]
 
-    async def _render_requested(self, job: Render) -> str:
-        """Render a request-supplied template in its lane; waiting is bounded as the pool bounds its own wait."""
+    async def _render_requested(self, job: Render, client: str) -> str:
+        """Render a request-supplied template in its lane, within ``client``'s cap; waiting is bounded as the pool
+        bounds its own wait."""
+        held = self._rendering.get(client, 0)
+        if held >= self.per_client:
+            raise ServerError(f"This client has {held} request chat templates rendering or waiting, the server's "
+                              "limit per client (--max-template-renders-per-client); retry when one has finished.",
+                              status=429, code="too_many_requests", param="chat_template",
+                              headers={"Retry-After": "1"})
+        self._rendering[client] = held + 1
+        try:
+            return await self._in_lane(job)
+        finally:
+            left = self._rendering[client] - 1
+            if left:
+                self._rendering[client] = left
+            else:
+                del self._rendering[client]
+
+    async def _in_lane(self, job: Render) -> str:
         wait_s = START_TIMEOUT_S + self.pool.timeout_s
         try:
             await asyncio.wait_for(self.request_lane.acquire(), wait_s)
@@ -145,12 +171,16 @@ class Prompts:
                               "shortly.", status=503, code="server_busy", headers={"Retry-After": "1"}) from None
         try:
             return await self.pool.render(job)
+        except ServerError as err:
+            if err.code in REPLACED:
+                # This render's worker was killed and is replaced in the background (about a second): its place in
+                # the lane is given back only once the pool is whole, so the next slow template cannot take the
+                # last worker. Renders whose worker lives on give their place back at once.
+                deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+                while self.pool.short and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.05)
+            raise
         finally:
-            # A worker killed at the time limit is replaced in the background (about a second): the lane's place
-            # is given back only once the pool is whole, so the next slow template cannot take the last worker.
-            deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
-            while self.pool.short and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)
             self.request_lane.release()
 
     def close(self) -> None:

@@ -77,6 +77,9 @@ class ServerSettings:
     trust_request_chat_template: bool = False
     tokenizer_workers: int = 2
     tokenize_timeout_s: float = 10.0
+    #: Request-supplied templates one client (API key, else address) may have rendering or queued for the lane
+    #: at once (429 past it); None: half of the lane's places, at least 1 (``--max-template-renders-per-client``).
+    max_template_renders_per_client: int | None = None
     #: Seconds the server gives a constraint to compile before answering 400 (``--grammar-compile-timeout``).
     grammar_compile_timeout_s: float = 20.0
     #: The tool-call parser plugin for chat completions with ``tool_choice: auto``.

@@ -21,6 +21,7 @@ from starlette.background import BackgroundTask
 from frame.errors import FrameUsageError
 from frame.interfaces.tool_parser import ParsedText, ToolCall, ToolParser
 from frame.outputs import CompletionOutput, RequestOutput
+from frame.server.auth import client_of
 from frame.server.checks import check_length, check_model, sampling_params
 from frame.server.constraints import requested_constraint
 from frame.server.deps import cache_salt, default_max_tokens, new_id
@@ -120,7 +121,7 @@ async def start_chat(req: ChatCompletionRequest, raw: Request, state: ServerStat
     # Loaded now, so a broken parser fails this request, not a stream mid-way.
     parser = state.tool_parser if plan.mode == "auto" else None
     ids = await state.prompts.chat(req.messages, req.add_generation_prompt, req.chat_template,
-                                   req.chat_template_kwargs, template_tools(req, plan))
+                                   req.chat_template_kwargs, template_tools(req, plan), client_of(raw.scope))
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = asked if asked is not None else default_max_tokens(state, len(ids))
     params = sampling_params(req, state.settings.limits, max_tokens=max_tokens, logprobs=k,
