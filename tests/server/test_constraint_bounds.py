@@ -1,6 +1,6 @@
 """Costly requests are bounded (issue 36): deep JSON in tool-call arguments, costly constraints, the grammar cache.
 
-One `frame serve` of its own: a 6 s compile limit (a 20,000-branch regex compiles in 2 to 3 s on a quiet core) and
+One `frame serve` of its own: a 10 s compile limit (a 20,000-branch regex compiles in 2 to 3 s on a quiet core) and
 1,000,000-character choices (so a choice can run past the limit without the size bound refusing it first, and its
 compile is killed there), and a 96 MiB grammar cache (two of the 40 MB grammars a 20,000-branch regex compiles to).
 """
@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-COMPILE_TIMEOUT_S = 6.0
+COMPILE_TIMEOUT_S = 10.0
 CACHE_BYTES = 96 << 20
 MODEL = "SmolLM2-135M-Instruct"
 

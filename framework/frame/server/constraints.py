@@ -92,10 +92,17 @@ class ConstraintChecker:
             "frame.server.constraint_worker", self.init, FromConstraintWorker, Ready, "constraint worker",
             START_TIMEOUT_S))
 
+    def _started(self) -> PipedWorker | None:
+        """The worker, once its start has succeeded (None while starting, or after a failed start)."""
+        task = self._worker
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return None
+        return task.result()
+
     async def _ready_worker(self) -> PipedWorker:
         """The live worker, started (or restarted) as needed; its start is outside any compile's time limit."""
-        if self._worker is None or (self._worker.done() and (
-                self._worker.exception() is not None or self._worker.result().proc.returncode is not None)):
+        started = self._started()
+        if self._worker is None or (self._worker.done() and (started is None or started.proc.returncode is not None)):
             self._start_worker()
         assert self._worker is not None
         return await asyncio.shield(self._worker)
@@ -128,10 +135,10 @@ class ConstraintChecker:
         """Kill the worker (the server stops); safe to call twice."""
         if self._worker is None:
             return
-        if self._worker.done():
-            if self._worker.exception() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self._worker.result().proc.kill()
+        started = self._started()
+        if started is not None:
+            with contextlib.suppress(ProcessLookupError):
+                started.proc.kill()
         else:
             self._worker.cancel()  # a starting worker kills its process when cancelled
         self._worker = None
