@@ -101,3 +101,25 @@ def test_every_serve_flag_is_in_serving_md_with_its_default():
         if isinstance(action.default, (int, float)) and not isinstance(action.default, bool):
             numbers = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", row[1].replace(",", ""))]
             assert float(action.default) in numbers, f"{flag}: docs/serving.md does not give {action.default}"
+
+
+def test_a_client_is_its_api_key_where_the_server_has_keys_else_its_address():
+    """The per-client caps inside handlers (request templates) count a keyed request by its key, whatever address
+    it comes from, and a request to a keyless server by its address."""
+    from frame.server.auth import ApiKeyMiddleware, client_of
+
+    seen: list[str] = []
+
+    async def app(scope, receive, send):
+        seen.append(client_of(scope))
+
+    async def call(guard, key: str, address: str) -> None:
+        scope = {"type": "http", "path": "/v1/chat/completions", "client": (address, 5000),
+                 "headers": [(b"authorization", f"Bearer {key}".encode())]}
+        await guard(scope, None, None)
+
+    guard = ApiKeyMiddleware(app, ["k-one", "k-two"], salt_by_key=False)
+    asyncio.run(call(guard, "k-two", "10.0.0.1"))
+    asyncio.run(call(guard, "k-two", "10.0.0.2"))
+    assert seen == ["key 1", "key 1"]
+    assert client_of({"type": "http", "client": ("10.0.0.3", 5000)}) == "address 10.0.0.3"
