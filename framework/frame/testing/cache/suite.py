@@ -9,9 +9,10 @@ import pytest
 from frame.interfaces.cache import KVCacheStrategy
 from frame.sequence import Sequence
 from frame.testing.cache.driver import CacheDriver, CacheFactory, check_reset, prompt, random_workload
+from frame.testing.cache.windows import WindowConformance
 
 
-class CacheConformance:
+class CacheConformance(WindowConformance):
     """The contract of :class:`~frame.interfaces.cache.KVCacheStrategy`, run against the ``make_cache`` fixture.
 
     Every test runs for block sizes 1, 4 and 16 (override the ``block_size`` fixture to change that). What the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch, window_of
 
 from frame_cache_hashchain.digest import DigestFn, block_digest
 from frame_cache_hashchain.pool import BlockPool
@@ -16,6 +16,15 @@ class ChainHit:
     """The handle of a :class:`PrefixMatch`: ``(block id, digest)`` of each matched block, for ``seq_id``."""
 
     seq_id: str
+    blocks: tuple[tuple[int, bytes], ...]
+
+
+@dataclass(frozen=True)
+class WindowHit:
+    """The handle of a windowed group's match: the blocks from index ``first`` on that its window reads."""
+
+    seq_id: str
+    first: int
     blocks: tuple[tuple[int, bytes], ...]
 
 
@@ -61,6 +70,9 @@ class HashChainCache(KVCacheStrategy):
 
     # -- lookups ----------------------------------------------------------------------------------------
     def lookup(self, seq: CacheSequence) -> PrefixMatch:
+        window = window_of(seq)
+        if window is not None:
+            return self._window_lookup(seq, window, (len(seq.token_ids) - 1) // self.block_size)
         hits: list[tuple[int, bytes]] = []
         parent: bytes | None = None
         for index, digest in enumerate(self.digests(seq, (len(seq.token_ids) - 1) // self.block_size)):
@@ -71,8 +83,38 @@ class HashChainCache(KVCacheStrategy):
             parent = digest
         return PrefixMatch(len(hits) * self.block_size, ChainHit(seq.seq_id, tuple(hits)))
 
+    def _window_lookup(self, seq: CacheSequence, window: int, count: int) -> PrefixMatch:
+        """The longest prefix of at most ``count`` blocks whose last ``window`` positions are cached: a sliding
+        layer reads nothing before them, so earlier blocks may be gone (vLLM's sliding-window hit, found here
+        left to right over the chain's digests, which do not need the blocks they chain from)."""
+        digests = self.digests(seq, count)
+        run, best = 0, 0
+        for index in range(count):
+            block = self.pool.lookup(digests[index])
+            if block is None or not block.holds(digests[index - 1] if index else None, self._chunk(seq, index),
+                                                seq.extra_keys):
+                run = 0
+                continue
+            run += 1
+            if index + 1 - run <= self._window_start(index + 1, window):
+                best = index + 1
+        first = self._window_start(best, window)
+        hits = tuple((self.pool.lookup(d).block_id, d) for d in digests[first:best])  # type: ignore[union-attr]
+        return PrefixMatch(best * self.block_size, WindowHit(seq.seq_id, first, hits))
+
+    def _window_start(self, num_blocks: int, window: int) -> int:
+        """The first block a query right after ``num_blocks`` full blocks reads through ``window``."""
+        return max(num_blocks * self.block_size - window, 0) // self.block_size
+
     def plan_claim(self, seq: CacheSequence, match: PrefixMatch) -> PrefixClaim:
         """The matched blocks still valid now (a stale or foreign handle is looked up again)."""
+        window = window_of(seq)
+        if window is not None:
+            found = self._window_lookup(seq, window, match.num_tokens // self.block_size)
+            hit: WindowHit = found.handle
+            blocks = tuple(block_id for block_id, _ in hit.blocks)
+            revived = sum(1 for block_id in blocks if self.pool.blocks[block_id].ref_count == 0)
+            return PrefixClaim(found.num_tokens, blocks, newly_pinned=revived, first_block=hit.first)
         handle = match.handle
         if not isinstance(handle, ChainHit) or handle.seq_id != seq.seq_id:
             handle = self.lookup(seq).handle
@@ -92,7 +134,7 @@ class HashChainCache(KVCacheStrategy):
     def claim(self, seq: CacheSequence, plan: PrefixClaim) -> ChainState:
         for block_id in plan.shared_blocks:
             self.pool.ref(block_id)
-        return ChainState(num_published=len(plan.shared_blocks))
+        return ChainState(num_published=plan.first_block + len(plan.shared_blocks))
 
     @property
     def num_free_blocks(self) -> int:

@@ -28,6 +28,7 @@ def check_pool(cache: HashChainCache, driver: CacheDriver) -> None:
 
 
 class TestHashChainConformance(CacheConformance):
+    window_prefix_reuse = True
     plugin_module = plugin
     plugin_name = "hashchain"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch, window_of
 
 from frame_cache_radix.pool import RefPool
 from frame_cache_radix.tree import Node, RadixTree
@@ -44,7 +44,7 @@ class RadixCache(KVCacheStrategy):
         return PrefixMatch(num_tokens, node)
 
     def _lookup(self, seq: CacheSequence, limit: int) -> tuple[int, Node | None]:
-        if limit <= 0:
+        if limit <= 0 or window_of(seq) is not None:
             return 0, None
         num_tokens, node = self.tree.match(seq.extra_keys, seq.token_ids, limit)
         if not self.partial_block_reuse:
@@ -83,8 +83,10 @@ class RadixCache(KVCacheStrategy):
 
     # -- publishing and release -------------------------------------------------------------------------
     def publish(self, seq: CacheSequence, table: list[int], state: Any, num_tokens: int) -> RadixState:
-        """Insert ``seq.token_ids[:num_tokens]`` into the tree and move the sequence's lock to its new end."""
-        if num_tokens <= state.inserted:
+        """Insert ``seq.token_ids[:num_tokens]`` into the tree and move the sequence's lock to its new end.
+        A windowed KV group's blocks stay out of the tree: its locked path would pin the blocks its window gave
+        back (reusing them needs a node whose early blocks may be gone, SGLang's SWA tombstones; not done)."""
+        if num_tokens <= state.inserted or window_of(seq) is not None:
             return state
         node = self.tree.insert(seq.extra_keys, seq.token_ids, num_tokens, table, state.node)
         self.tree.lock(node)
@@ -96,6 +98,11 @@ class RadixCache(KVCacheStrategy):
         state = self.publish(seq, table, state, num_computed)
         self.tree.unlock(state.node)
         for block in table:
+            self.pool.adjust(block, seq=-1)
+
+    def release_blocks(self, seq: CacheSequence, blocks: list[int], state: Any) -> None:
+        """A windowed group's blocks are the sequence's alone (never in the tree): they become empty."""
+        for block in blocks:
             self.pool.adjust(block, seq=-1)
 
     def clear(self) -> None:
