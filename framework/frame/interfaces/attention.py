@@ -128,6 +128,27 @@ class AttentionMetadata:
         return self.max_query_len == 1
 
 
+@dataclass
+class GroupedMetadata:
+    """A step's metadata for a model whose cache layers are in several KV groups
+    (:mod:`frame.interfaces.kv_groups`): each group's layers read and write through their own block tables, so each
+    group has its own metadata (``groups[g]``, as the backend's :meth:`AttentionBackend.build_metadata` made it).
+    The runner passes this to ``CausalLM.forward`` in place of one :class:`AttentionMetadata`; a model hands each
+    layer :func:`layer_metadata` of it."""
+
+    groups: list[AttentionMetadata]
+    group_of_layer: list[int]  # for each cache layer (a layer with its own KV), its group
+
+    def for_layer(self, cache_layer: int) -> AttentionMetadata:
+        return self.groups[self.group_of_layer[cache_layer]]
+
+
+def layer_metadata(meta: AttentionMetadata | GroupedMetadata, cache_layer: int) -> AttentionMetadata:
+    """The metadata the layer using KV cache ``cache_layer`` attends with: ``meta`` itself when the model has one
+    KV group."""
+    return meta.for_layer(cache_layer) if isinstance(meta, GroupedMetadata) else meta
+
+
 class AttentionBackend(ABC):
     """Writes a step's new K/V into the paged pool and computes causal attention for its queries.
 

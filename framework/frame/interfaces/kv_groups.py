@@ -65,6 +65,14 @@ class KVGroups:
             groups += [(kind, tuple(layers[i:i + size])) for i in range(0, len(layers), size)]
         return cls(tuple(w for w, _ in groups), tuple(ls for _, ls in groups))
 
+    @classmethod
+    def of_specs(cls, specs: Sequence[object], max_model_len: int | None = None) -> KVGroups:
+        """The groups of a model's per-layer ``AttentionSpec`` s (:mod:`frame.interfaces.attention`): its cache
+        layers are those without a ``kv_source``."""
+        own = [s for s in specs if getattr(s, "kv_source", None) is None]
+        return cls.of([getattr(s, "sliding_window", None) for s in own], max_model_len,
+                      shares_kv=len(own) < len(specs))
+
     @property
     def num_groups(self) -> int:
         return len(self.windows)
@@ -96,10 +104,12 @@ class KVGroups:
                 found[layer] = slot
         return found
 
-    def blocks_per_sequence(self, num_tokens: int, block_size: int) -> int:
-        """Blocks one sequence of ``num_tokens`` tokens holds at most, over every group."""
+    def blocks_per_sequence(self, num_tokens: int, block_size: int, step_tokens: int = 0) -> int:
+        """Blocks one sequence of ``num_tokens`` tokens holds at most, over every group, when a step computes up
+        to ``step_tokens`` of them (a windowed group holds a whole prefill chunk while it runs)."""
         full = -(-num_tokens // block_size)
-        return sum(full if w is None else min(full, window_blocks(w, block_size)) for w in self.windows)
+        step = -(-step_tokens // block_size)
+        return sum(full if w is None else min(full, window_blocks(w, block_size) + step) for w in self.windows)
 
     def describe(self) -> str:
         """One line for the start-up log: ``2 KV groups: full x1 layers, window 64 x1 layers``."""

@@ -4,7 +4,9 @@ is built: the runner, its recorded decode steps, a draft model, calibration and 
 up their paged forward here.
 
 The pool is one tensor ``[layers, 2, blocks, block_size, kv_heads, width]``; layer ``i``'s key and value
-caches are its views ``[i, 0]`` and ``[i, 1]`` (the per-layer layout in :mod:`frame.interfaces.attention`). ``width``
+caches are its views ``[i, 0]`` and ``[i, 1]``. With several KV groups (:mod:`frame.interfaces.kv_groups`) the
+first dimension is the group size instead: a block belongs to one group at a time and holds that group's layers,
+layer ``i`` being slot ``slot_of_layer[i]`` (the per-layer layout in :mod:`frame.interfaces.attention`). ``width``
 is ``head_dim``, or ``head_dim + 4`` in a quantized pool (int8/fp8 codes and each row's scale,
 :mod:`frame.interfaces.kv_dtype`).
 Token slot ``s`` of a sequence whose block table is ``t`` is ``t[s // block_size] * block_size + s % block_size``.
@@ -20,6 +22,7 @@ import torch
 
 from frame.interfaces.attention import AttentionMetadata
 from frame.interfaces.kv_dtype import row_width
+from frame.interfaces.kv_groups import KVGroups
 
 if TYPE_CHECKING:
     from frame.interfaces.model import KVCacheSpec
@@ -32,19 +35,24 @@ class KVPool:
 
     The storage is ``torch.empty`` unless ``zeroed``, because zeroing gigabytes costs seconds: a backend may
     gather whole blocks, but must keep the slots no sequence has written (which may hold NaN) out of its output
-    (:mod:`frame.testing.attention_pool` checks it)."""
+    (:mod:`frame.testing.attention_pool` checks it). ``groups``: the model's KV groups (None: one group of every
+    layer)."""
 
     def __init__(self, spec: KVCacheSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device | str, scratch_blocks: int = 0, zeroed: bool = False) -> None:
+                 device: torch.device | str, scratch_blocks: int = 0, zeroed: bool = False,
+                 groups: KVGroups | None = None) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.scratch_blocks = scratch_blocks
+        self.groups = groups or KVGroups.single(spec.num_layers)
+        if self.groups.num_layers != spec.num_layers:
+            raise ValueError(f"KV groups cover {self.groups.num_layers} layers, the model has {spec.num_layers}")
         make = torch.zeros if zeroed else torch.empty
         self.dtype = dtype
-        self.tensor = make((spec.num_layers, 2, num_blocks + scratch_blocks, block_size, spec.num_kv_heads,
+        self.tensor = make((self.groups.group_size, 2, num_blocks + scratch_blocks, block_size, spec.num_kv_heads,
                             row_width(spec.head_dim, dtype)), dtype=dtype, device=device)
         #: Each layer's ``(key_cache, value_cache)``, ``[blocks, block_size, kv_heads, head_dim]`` views.
-        self.caches = [(self.tensor[i, 0], self.tensor[i, 1]) for i in range(spec.num_layers)]
+        self.caches = [(self.tensor[i, 0], self.tensor[i, 1]) for i in self.groups.slot_of_layer]
 
     @property
     def first_scratch_block(self) -> int:

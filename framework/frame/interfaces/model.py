@@ -9,7 +9,7 @@ from typing import Literal
 
 import torch
 
-from frame.interfaces.attention import AttentionMetadata
+from frame.interfaces.attention import AttentionMetadata, GroupedMetadata
 from frame.interfaces.kv_dtype import kv_bytes_per_token
 
 
@@ -73,11 +73,14 @@ class CausalLM(torch.nn.Module, ABC):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | GroupedMetadata,
     ) -> torch.Tensor:
         """Hidden states ``[num_tokens, hidden]`` for the flat batch ``input_ids``/``positions`` (int64).
 
         ``kv_caches[i]`` is layer ``i``'s (key, value) pool in the core's layout; new tokens' KV is written there.
+        ``meta`` is a :class:`~frame.interfaces.attention.GroupedMetadata` when the layers' KV lives in several KV
+        groups (layers of different windows): each layer attends with ``layer_metadata(meta, i)`` for its cache
+        ``i``.
         """
 
     @abstractmethod

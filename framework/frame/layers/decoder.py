@@ -16,7 +16,13 @@ from abc import abstractmethod
 import torch
 from torch import nn
 
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from frame.interfaces.attention import (
+    AttentionBackend,
+    AttentionMetadata,
+    AttentionSpec,
+    GroupedMetadata,
+    layer_metadata,
+)
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
 from frame.layers.attention import KVCache, Rope, SelfAttention, kv_cache_layout, kv_cache_spec, layer_backends
 from frame.layers.parallel import ParallelLMHead, VocabParallelEmbedding
@@ -122,7 +128,8 @@ class DecoderLM(CausalLM):
 
     @torch.inference_mode()
     def forward(  # type: ignore[override]
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache], meta: AttentionMetadata,
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
+        meta: AttentionMetadata | GroupedMetadata,
     ) -> torch.Tensor:
         """Final-norm hidden states ``[num_tokens, hidden]`` of the flat batch through a stack of
         :class:`PreNormDecoderLayer` s or :class:`SandwichDecoderLayer` s; writes every layer's new KV."""
@@ -130,8 +137,8 @@ class DecoderLM(CausalLM):
         h = self.embed(input_ids, positions)
         rope = self.rotary.lookup(positions, h.dtype) if self.rotary is not None else None
         residual = None
-        for layer, cache in zip(self.layers, caches, strict=True):
-            h, residual = layer(h, residual, rope, cache, meta)
+        for layer, cache, index in zip(self.layers, caches, self.cache_of_layer, strict=True):
+            h, residual = layer(h, residual, rope, cache, layer_metadata(meta, index))
         return self.norm(h, residual)[0]
 
     @abstractmethod

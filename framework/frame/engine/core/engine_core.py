@@ -10,7 +10,6 @@ from what every rank can hold, and the cache strategy and the scheduling policy 
 from __future__ import annotations
 
 import logging
-import math
 import weakref
 
 from frame.config import EngineConfig, resolve_plugin_options
@@ -22,14 +21,17 @@ from frame.engine.selection import (
     Selection,
     check_tensor_parallel_family,
     context_length,
+    model_options,
     select,
     select_model_family,
 )
 from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest, EngineStats, check_request
+from frame.engine.worker.attention_layers import family_specs
 from frame.engine.worker.model_worker import head_counts
 from frame.errors import ConfigError
 from frame.interfaces.grammar import GrammarBackend
+from frame.interfaces.kv_groups import KVGroups
 from frame.interfaces.scheduler import SchedulerLimits
 from frame.model_source import ModelSource
 from frame.parallel import HeadPartition
@@ -52,6 +54,7 @@ class EngineCore:
         self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
         self.max_model_len = context_length(config, self.source)
         self.eos_token_ids = self.source.eos_token_ids
+        self.kv_groups = self._kv_groups()
         self._check_tensor_parallel()
         self.executor = self._make_executor()
         # Worker processes must not outlive an engine that is dropped without shutdown() (a script's LLM).
@@ -64,6 +67,7 @@ class EngineCore:
             raise
         self.cache = self.hooks.create_cache(self.selection.cache, self.num_blocks, config.block_size,
                                              self.selection.options["cache"])
+        self.cache.set_groups(self.kv_groups.windows)
         self.limits = SchedulerLimits(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
@@ -88,6 +92,16 @@ class EngineCore:
         except ValueError as err:
             raise ConfigError(f"{err}.", param="tensor_parallel_size") from None
 
+    def _kv_groups(self) -> KVGroups:
+        """The model's KV groups (layers by window), as its workers lay out the pool: the cache keeps one block
+        table per group and request."""
+        family = select_model_family(self.hooks, self.source.architecture)
+        specs = family_specs(self.hooks, family, self.source.hf_config, model_options(self.hooks, self.config, family))
+        groups = KVGroups.of_specs(specs, self.max_model_len)
+        if groups.num_groups > 1 or groups.windows[0] is not None:
+            log.info("%s; a windowed group keeps only its window's blocks", groups.describe())
+        return groups
+
     def _grammar_backend(self) -> GrammarBackend:
         """The grammar backend plugin, loaded the first time a request needs one."""
         name = self.config.grammar_backend
@@ -107,7 +121,8 @@ class EngineCore:
         return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
 
     def _pool_size(self) -> int:
-        needed = math.ceil(self.max_model_len / self.config.block_size)
+        needed = self.kv_groups.blocks_per_sequence(self.max_model_len, self.config.block_size,
+                                                    self.config.max_num_batched_tokens)
         if self.config.num_kv_blocks is not None:
             blocks = self.config.num_kv_blocks
         else:

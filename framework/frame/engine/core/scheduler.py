@@ -19,6 +19,7 @@ from frame.engine.core.chunking import Step, prefill_chunk, start_step, waits_fo
 from frame.engine.core.outputs import engine_output, hold_prompt_logprobs
 from frame.engine.core.stopping import stop_status
 from frame.engine.core.structured import StructuredOutputManager
+from frame.engine.core.tables import table_diff
 from frame.engine.wire.plan import NewRequest, RunnerOutput, RunningRequest, SchedulerOutput
 from frame.engine.wire.requests import EngineOutput, EngineRequest
 from frame.interfaces.cache import KVCacheStrategy, PrefixMatch
@@ -61,7 +62,7 @@ class Scheduler:
         self._live: dict[str, Sequence] = {}
         # Block ids the runner holds per request it has seen; a preempted request stays here (its tokens are
         # kept by the runner) and is resumed with a whole new table.
-        self._runner_blocks: dict[str, int] = {}
+        self._runner_blocks: dict[str, list[int]] = {}  # per request, each KV group's table length the runner holds
         self._resumed: set[str] = set()
         self._ended: list[str] = []
         self._step = 0
@@ -245,24 +246,24 @@ class Scheduler:
                 sampling.append((seq.seq_id, drafts))
             if seq.is_prefilling:
                 prompt_tokens += min(num_new, seq.num_prompt_tokens - seq.num_computed_tokens)
-            table = self.cache.block_table(seq.seq_id)
             held = self._runner_blocks.get(seq.seq_id)
+            resumed = held is not None and seq.seq_id in self._resumed
+            block_ids, group_block_ids, self._runner_blocks[seq.seq_id] = table_diff(self.cache, seq.seq_id, held,
+                                                                                     resumed)
             if held is None:
                 new.append(NewRequest(
                     req_id=seq.seq_id, prompt_token_ids=list(seq.prompt_token_ids),
-                    output_token_ids=list(seq.output_token_ids), params=seq.params, block_ids=list(table),
-                    num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new,
-                    eos_token_ids=sorted(seq.eos_token_ids), samples=samples,
+                    output_token_ids=list(seq.output_token_ids), params=seq.params, block_ids=block_ids,
+                    group_block_ids=group_block_ids, num_computed_tokens=seq.num_computed_tokens,
+                    num_new_tokens=num_new, eos_token_ids=sorted(seq.eos_token_ids), samples=samples,
                 ))
             else:
-                resumed = seq.seq_id in self._resumed
                 self._resumed.discard(seq.seq_id)
                 running.append(RunningRequest(
-                    req_id=seq.seq_id, new_block_ids=list(table if resumed else table[held:]),
+                    req_id=seq.seq_id, new_block_ids=block_ids, new_group_block_ids=group_block_ids,
                     num_computed_tokens=seq.num_computed_tokens, num_new_tokens=num_new, resumed=resumed,
                     spec_token_ids=drafts, samples=samples,
                 ))
-            self._runner_blocks[seq.seq_id] = len(table)
         ended, self._ended = self._ended, []
         self._step += 1
         grammar_ids: list[str] = []

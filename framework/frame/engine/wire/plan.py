@@ -24,7 +24,8 @@ class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``num_computed_tokens`` leading tokens already have KV in ``block_ids`` (a prefix-cache hit); this step
     computes the next ``num_new_tokens``. ``eos_token_ids`` are the model's end tokens, which ``min_tokens`` bans.
     ``samples``: the scheduler's decision that this step reaches the request's last token, so the runner samples
-    its logits (False for a prefill chunk short of the prompt's end).
+    its logits (False for a prefill chunk short of the prompt's end). ``group_block_ids`` are the block tables of
+    the KV groups after the first (:mod:`frame.interfaces.kv_groups`; empty for a model with one group).
     """
 
     req_id: str
@@ -32,6 +33,7 @@ class NewRequest(msgspec.Struct, frozen=True, kw_only=True):
     output_token_ids: list[int] = []
     params: SamplingParams
     block_ids: list[int]
+    group_block_ids: list[list[int]] = []
     num_computed_tokens: int
     num_new_tokens: int
     eos_token_ids: list[int] = []
@@ -44,7 +46,8 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     ``num_computed_tokens`` is the scheduler's count before this step (the runner checks it against its own).
     When ``resumed`` is True the request was preempted since the runner last ran it: its KV is gone, and
     ``new_block_ids`` is its whole new table, not an addition. ``spec_token_ids`` are drafts to verify: the step's
-    ``num_new_tokens`` count them after the request's last real token. ``samples`` as in :class:`NewRequest`.
+    ``num_new_tokens`` count them after the request's last real token. ``samples`` as in :class:`NewRequest`;
+    ``new_group_block_ids`` as ``new_block_ids`` for each KV group after the first.
     """
 
     req_id: str
@@ -54,6 +57,7 @@ class RunningRequest(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     resumed: bool = False
     spec_token_ids: list[int] = []
     samples: bool = False
+    new_group_block_ids: list[list[int]] = []
 
 
 class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -43,7 +43,7 @@ class RequestState:
 class PersistentBatch:
     """Rows of request state. ``row_of[req_id]`` finds a request's row; freed rows are reused."""
 
-    def __init__(self, max_rows: int, max_model_len: int, block_size: int) -> None:
+    def __init__(self, max_rows: int, max_model_len: int, block_size: int, num_groups: int = 1) -> None:
         self.max_rows = max_rows
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -52,8 +52,11 @@ class PersistentBatch:
         self.num_tokens = np.zeros(max_rows, dtype=np.int32)
         self.num_prompt_tokens = np.zeros(max_rows, dtype=np.int32)
         self.num_computed = np.zeros(max_rows, dtype=np.int32)
-        self.block_table = np.zeros((max_rows, self.max_blocks), dtype=np.int32)
-        self.num_blocks = np.zeros(max_rows, dtype=np.int32)
+        # One block table per KV group (frame.interfaces.kv_groups); group 0's are ``block_table``/``num_blocks``.
+        self.group_tables = np.zeros((num_groups, max_rows, self.max_blocks), dtype=np.int32)
+        self.group_num_blocks = np.zeros((num_groups, max_rows), dtype=np.int32)
+        self.block_table = self.group_tables[0]
+        self.num_blocks = self.group_num_blocks[0]
         self.num_drafts = np.zeros(max_rows, dtype=np.int32)  # drafts written after the row's tokens this step
         # Sampling parameters, one entry per row (defaults are inert: greedy, no cut, no penalty).
         self.temperature = np.zeros(max_rows, dtype=np.float32)
@@ -83,7 +86,7 @@ class PersistentBatch:
                              len(req.prompt_token_ids))
         self.states[req.req_id] = state
         row = self._place(state, np.asarray(tokens, dtype=np.int32))
-        self._set_blocks(row, req.block_ids, replace=True)
+        self._set_blocks(row, [req.block_ids, *req.group_block_ids], replace=True)
         return row
 
     def _place(self, state: RequestState, tokens: np.ndarray) -> int:
@@ -121,9 +124,9 @@ class PersistentBatch:
                 raise ValueError(f"the plan resumes request {req.req_id}, which the runner does not hold parked")
             row = self._place(state, state.parked_tokens)
             state.parked_tokens = None
-            self._set_blocks(row, req.new_block_ids, replace=True)
-        elif req.new_block_ids:
-            self._set_blocks(row, req.new_block_ids, replace=False)
+            self._set_blocks(row, [req.new_block_ids, *req.new_group_block_ids], replace=True)
+        elif req.new_block_ids or req.new_group_block_ids:
+            self._set_blocks(row, [req.new_block_ids, *req.new_group_block_ids], replace=False)
         drafts = req.spec_token_ids
         self.num_drafts[row] = len(drafts)
         if drafts:  # after the real tokens, where the step reads its inputs; overwritten by what is kept
@@ -131,13 +134,18 @@ class PersistentBatch:
             self.token_ids[row, end : end + len(drafts)] = drafts
         return row
 
-    def _set_blocks(self, row: int, block_ids: list[int], replace: bool) -> None:
-        start = 0 if replace else int(self.num_blocks[row])
-        end = start + len(block_ids)
-        if end > self.max_blocks:
-            raise ValueError(f"a block table of {end} blocks exceeds max_model_len")
-        self.block_table[row, start:end] = block_ids
-        self.num_blocks[row] = end
+    def _set_blocks(self, row: int, tables: list[list[int]], replace: bool) -> None:
+        """Set (``replace``) or extend each KV group's table of ``row``; one list per group."""
+        if len(tables) != len(self.group_tables):
+            raise ValueError(f"the plan gives {len(tables)} block tables, the model has {len(self.group_tables)} "
+                             "KV groups")
+        for g, block_ids in enumerate(tables):
+            start = 0 if replace else int(self.group_num_blocks[g, row])
+            end = start + len(block_ids)
+            if end > self.max_blocks:
+                raise ValueError(f"a block table of {end} blocks exceeds max_model_len")
+            self.group_tables[g, row, start:end] = block_ids
+            self.group_num_blocks[g, row] = end
 
     def park(self, req_id: str) -> None:
         """A preempted request: free its row, keep its tokens and generator for when it resumes."""
@@ -157,7 +165,7 @@ class PersistentBatch:
 
     def _release(self, row: int) -> None:
         self.state_of_row[row] = None
-        self.num_blocks[row] = 0
+        self.group_num_blocks[:, row] = 0
         self.num_tokens[row] = 0
         self._free_rows.append(row)
 

@@ -22,6 +22,7 @@ from frame.engine.worker.calibration import input_absmax, token_chunks
 from frame.engine.worker.drafting import DraftModel
 from frame.engine.worker.runner import ModelRunner
 from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.kv_groups import KVGroups
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import Proposer, ProposerContext
 from frame.interfaces.quantization import QuantizationMethod
@@ -66,7 +67,7 @@ class Worker:
         model, attention = self.load_model()
         sel = self.selection
         self.runner = ModelRunner(model, attention, sel.platform.device, sel.dtype, config.block_size,
-                                  config.max_num_seqs, max_model_len, config.seed, sel.kv_dtype)
+                                  config.max_num_seqs, max_model_len, config.seed, sel.kv_dtype, self.kv_groups)
         self.runner.proposer = self.make_proposer()
         self.runner.draft_batch_limit = config.speculative_disable_by_batch_size
 
@@ -82,6 +83,7 @@ class Worker:
         sel, hf = self.selection, self.source.hf_config
         options = model_options(self.hooks, self.config, self.family)
         specs = family_specs(self.hooks, self.family, hf, options)
+        self.kv_groups = KVGroups.of_specs(specs, self.max_model_len)  # the engine core's cache uses the same
         layers = create_layer_attention(
             self.hooks, sel.attn, specs, world_size=self.parallel.world_size, rank=self.parallel.rank,
             dtype=sel.dtype, platform=sel.platform, options=sel.options["attention"],

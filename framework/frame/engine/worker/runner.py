@@ -10,6 +10,7 @@ never sees a scheduler, a cache strategy or a ``Sequence``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +22,9 @@ from frame.engine.worker.graphs import Capture, DecodeGraphs
 from frame.engine.worker.prompt_logprobs import PromptRows, score_prompt, take_prompt_rows
 from frame.engine.worker.sampler import Sampler, mask_disallowed
 from frame.engine.worker.speculation import verify
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata, GroupedMetadata
 from frame.interfaces.grammar import from_bytes
+from frame.interfaces.kv_groups import KVGroups
 from frame.interfaces.kv_layout import KVPool, step_metadata
 from frame.interfaces.model import CausalLM
 from frame.interfaces.proposer import ProposalRequest, Proposer
@@ -40,6 +42,9 @@ class HostInputs:
     block_tables: np.ndarray
     samples: np.ndarray  # per scheduled request: does this step reach its last token (drafts included)?
     drafts: np.ndarray  # per scheduled request: draft tokens verified in this step
+    # The slots and block tables of the KV groups after the first (``slots``/``block_tables`` are group 0's).
+    group_slots: tuple[np.ndarray, ...] = ()
+    group_tables: tuple[np.ndarray, ...] = ()
 
     @property
     def is_pure_decode(self) -> bool:
@@ -57,11 +62,12 @@ class StepInputs:
     """One step's flat batch: the model's inputs, the common attention metadata, and who samples."""
 
     def __init__(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                 logits_rows: torch.Tensor) -> None:
+                 logits_rows: torch.Tensor, group_metas: tuple[AttentionMetadata, ...] = ()) -> None:
         self.input_ids = input_ids
         self.positions = positions
         self.meta = meta
         self.logits_rows = logits_rows
+        self.group_metas = group_metas  # the common metadata of the KV groups after the first
 
 
 class ModelRunner:
@@ -69,15 +75,17 @@ class ModelRunner:
 
     def __init__(self, model: CausalLM, attention: AttentionBackend, device: torch.device, dtype: torch.dtype,
                  block_size: int, max_num_seqs: int, max_model_len: int, seed: int = 0,
-                 kv_dtype: torch.dtype | None = None) -> None:
-        """``kv_dtype`` is the pool's (``--kv-cache-dtype``; None: ``dtype``)."""
+                 kv_dtype: torch.dtype | None = None, kv_groups: KVGroups | None = None) -> None:
+        """``kv_dtype`` is the pool's (``--kv-cache-dtype``; None: ``dtype``); ``kv_groups`` the model's KV groups
+        (None: one group of every layer), each with its own block table per request."""
         self.model = model
         self.attention = attention
         self.device = device
         self.dtype = dtype
         self.kv_dtype = kv_dtype or dtype
         self.block_size = block_size
-        self.batch = PersistentBatch(max_num_seqs, max_model_len, block_size)
+        self.kv_groups = kv_groups or KVGroups.single(model.kv_cache_spec.num_layers)
+        self.batch = PersistentBatch(max_num_seqs, max_model_len, block_size, self.kv_groups.num_groups)
         self.sampler = Sampler(seed)
         self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
@@ -87,13 +95,15 @@ class ModelRunner:
 
     @property
     def bytes_per_block(self) -> int:
-        return self.model.kv_cache_spec.bytes_per_block(self.block_size, self.kv_dtype)
+        spec = self.model.kv_cache_spec  # a block holds one KV group's layers
+        return dataclasses.replace(spec, num_layers=self.kv_groups.group_size).bytes_per_block(self.block_size,
+                                                                                              self.kv_dtype)
 
     def allocate_kv(self, num_blocks: int, scratch_block: bool = False) -> None:
         """Allocate the pool (:class:`~frame.interfaces.kv_layout.KVPool`), plus one block past the end that no
         request owns when ``scratch_block`` (padding rows of recorded graphs use it)."""
         self.pool = KVPool(self.model.kv_cache_spec, num_blocks, self.block_size, self.kv_dtype, self.device,
-                           scratch_blocks=int(scratch_block))
+                           scratch_blocks=int(scratch_block), groups=self.kv_groups)
 
     @property
     def kv(self) -> torch.Tensor | None:
@@ -146,6 +156,11 @@ class ModelRunner:
         seq_lens = context + counts
         width = int(batch.num_blocks[rows].max())
         drafts = batch.num_drafts[rows].astype(np.int64)
+        group_slots, group_tables = [], []
+        for g in range(1, self.kv_groups.num_groups):
+            table = batch.group_tables[g]
+            group_slots.append(table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs)
+            group_tables.append(np.ascontiguousarray(table[rows, :int(batch.group_num_blocks[g, rows].max())]))
         return HostInputs(
             input_ids=batch.token_ids[token_rows, positions],
             positions=positions,
@@ -155,6 +170,8 @@ class ModelRunner:
             block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
             samples=samples,
             drafts=drafts,
+            group_slots=tuple(group_slots),
+            group_tables=tuple(group_tables),
         )
 
     def to_device(self, host: HostInputs) -> StepInputs:
@@ -166,11 +183,15 @@ class ModelRunner:
             positions=torch.from_numpy(host.positions).to(dev),
             meta=meta,
             logits_rows=torch.from_numpy(host.logits_rows()).to(dev),
+            group_metas=tuple(step_metadata(host.query_lens, host.seq_lens, tables, slots, self.block_size, dev)
+                              for slots, tables in zip(host.group_slots, host.group_tables, strict=True)),
         )
 
     def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
         """Record the decode step per batch-size bucket (the pool must have a scratch block past its end)."""
         assert self.pool is not None and self.pool.scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
+        if self.kv_groups.num_groups > 1:  # a recorded step reads one block table per row
+            return False
         self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
                                    max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
                                    block_size=self.block_size, scratch_block=self.pool.first_scratch_block,
@@ -188,7 +209,10 @@ class ModelRunner:
                 and self.graphs.bucket(len(host.query_lens))):
             return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables), []
         inputs = self.to_device(host)
-        meta = self.attention.build_metadata(inputs.meta)
+        meta: AttentionMetadata | GroupedMetadata = self.attention.build_metadata(inputs.meta)
+        if inputs.group_metas:
+            meta = GroupedMetadata([meta, *map(self.attention.build_metadata, inputs.group_metas)],  # type: ignore[list-item]
+                                   self.kv_groups.group_of_layer)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, meta)
         scored = score_prompt(self.model, hidden, prompt) if prompt is not None else []
         return (self.model.compute_logits(hidden[inputs.logits_rows]) if host.samples.any() else None), scored

@@ -174,9 +174,12 @@ class KVCacheStrategy(ABC):
         tables: list[list[int]] = []
         states: list[Any] = []
         copies: list[BlockCopy] = []
-        for view, plan, count in zip(views, plans, missing, strict=True):
+        # Every group claims (locks) its match before any takes: a take may evict, and must not evict what
+        # another group's plan is about to claim.
+        for view, plan in zip(views, plans, strict=True):
             states.append(self.claim(view, plan))
             self._count(view.group, plan.shared_blocks, 1)
+        for view, plan, count in zip(views, plans, missing, strict=True):
             own = [*plan.shared_blocks, *self._take(view.group, count)]
             # Positions before a windowed claim are never read: they name a block the sequence does hold.
             tables.append([own[0]] * plan.first_block + own)
@@ -209,6 +212,7 @@ class KVCacheStrategy(ABC):
                 unread = min(max(computed - view.window, 0) // self.block_size, len(table))
                 if unread > holding.first[g]:
                     dropped = table[holding.first[g]:unread]
+                    view.held_from = holding.first[g]
                     self.release_blocks(view, dropped, holding.states[g])
                     self._count(g, dropped, -1)
                     holding.first[g] = unread
@@ -220,19 +224,14 @@ class KVCacheStrategy(ABC):
         Computed KV stays cached for reuse (as the strategy decides) until evicted; the block table is forgotten.
         """
         holding = self._holdings.pop(seq.seq_id, None)
-        views = self._views(seq)
         if holding is not None:
-            for view in views:
-                g, table = view.group, holding.tables[view.group]
-                held = table[holding.first[g]:]
-                if view.window is None:
-                    self.release(view, table, holding.states[g], min(seq.num_computed_tokens,
-                                                                     len(table) * self.block_size))
-                elif held:
-                    self.release_blocks(view, held, holding.states[g])
-                self._count(g, held, -1)
+            for g, window in enumerate(self.windows):
+                table, first = holding.tables[g], holding.first[g]
+                view = GroupSequence(seq, g, window, held_from=first)
+                self.release(view, table, holding.states[g], min(seq.num_computed_tokens, len(table) * self.block_size))
+                self._count(g, table[first:], -1)
             self._track()
-        for view in views:
+        for view in self._views(seq):
             self.forget(view.seq_id)
 
     def block_table(self, seq_id: str, group: int = 0) -> Seq[int]:
@@ -329,15 +328,17 @@ class KVCacheStrategy(ABC):
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
         """``seq`` no longer holds ``table`` (finished, aborted or preempted); ``num_computed`` leading tokens have
         KV in it. Drop the sequence's references; keep what should stay cached (a partial last block included, if
-        the strategy reuses at token granularity)."""
+        the strategy reuses at token granularity). For a windowed KV group, ``table``'s positions before
+        ``held_from(seq)`` were given back already (:meth:`release_blocks`): only the rest is the sequence's."""
 
     def release_blocks(self, seq: CacheSequence, blocks: list[int], state: Any) -> None:
         """A windowed KV group of ``seq`` (``window_of(seq)`` is set) stops holding ``blocks``: leading blocks of
-        its table that fell wholly before its window (after :meth:`publish` saw them), or, when the sequence is
-        freed, every block it still holds. Drop the sequence's references, keeping published KV cached as
-        :meth:`release` would. The default is :meth:`release` with nothing computed (nothing kept beyond what
-        is already published)."""
-        self.release(seq, blocks, state, 0)
+        its table that fell wholly before its window, after :meth:`publish` saw them; they are the table's
+        positions from ``held_from(seq)`` on. Drop the sequence's
+        references, keeping published KV cached as :meth:`release` would. The default is :meth:`release` of
+        those blocks with nothing computed (nothing kept beyond what is already published)."""
+        whole = GroupSequence(seq.seq, seq.group, seq.window) if isinstance(seq, GroupSequence) else seq
+        self.release(whole, blocks, state, 0)  # ``blocks`` is the whole table given: it is held from 0
 
     @property
     @abstractmethod

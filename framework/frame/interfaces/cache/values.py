@@ -17,6 +17,7 @@ __all__ = [
     "GroupSequence",
     "PrefixClaim",
     "PrefixMatch",
+    "held_from",
     "window_of",
 ]
 
@@ -53,12 +54,15 @@ class GroupSequence:
     Group 0 keeps the sequence's ``seq_id`` and ``extra_keys``; every other group adds its number to both, so
     that no digest, tree or memo of one group ever meets another's (their blocks hold other layers' KV).
     ``window``: the group's sliding window (None: full attention); a strategy may then reuse a prefix whose early
-    blocks are gone, since only the last ``window`` positions before the reused end are read."""
+    blocks are gone, since only the last ``window`` positions before the reused end are read. ``held_from``: the
+    first table position the sequence still holds (a windowed group gives back the blocks before its window);
+    set when the core half calls :meth:`KVCacheStrategy.release` or :meth:`KVCacheStrategy.release_blocks`, 0
+    otherwise."""
 
-    __slots__ = ("extra_keys", "group", "seq", "seq_id", "window")
+    __slots__ = ("extra_keys", "group", "held_from", "seq", "seq_id", "window")
 
-    def __init__(self, seq: CacheSequence, group: int = 0, window: int | None = None) -> None:
-        self.seq, self.group, self.window = seq, group, window
+    def __init__(self, seq: CacheSequence, group: int = 0, window: int | None = None, held_from: int = 0) -> None:
+        self.seq, self.group, self.window, self.held_from = seq, group, window, held_from
         self.seq_id = seq.seq_id if group == 0 else f"{seq.seq_id}#kv-group-{group}"
         self.extra_keys = seq.extra_keys if group == 0 else (*seq.extra_keys, f"kv-group-{group}")
 
@@ -78,6 +82,11 @@ class GroupSequence:
 def window_of(seq: CacheSequence) -> int | None:
     """The sliding window of the KV group ``seq`` stands for (None: full attention, or a plain sequence)."""
     return seq.window if isinstance(seq, GroupSequence) else None
+
+
+def held_from(seq: CacheSequence) -> int:
+    """The first block-table position ``seq`` still holds when it is released (0 but for a windowed group)."""
+    return seq.held_from if isinstance(seq, GroupSequence) else 0
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,11 @@ class RefPool:
             self.seq_refs[block] = 1
         return taken
 
-    def adjust(self, block: int, seq: int = 0, node: int = 0, pin: int = 0) -> bool:
-        """Change ``block``'s counts by the deltas; returns True when that made it free (it joins the stack)."""
+    def adjust(self, block: int | None, seq: int = 0, node: int = 0, pin: int = 0) -> bool:
+        """Change ``block``'s counts by the deltas; returns True when that made it free (it joins the stack).
+        None (a windowed group's node position whose block was given back) has no counts."""
+        if block is None:
+            return False
         was_free, was_evictable = self.is_free(block), self.is_evictable(block)
         self.seq_refs[block] += seq
         self.node_refs[block] += node

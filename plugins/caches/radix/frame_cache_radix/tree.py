@@ -1,7 +1,9 @@
 """RadixTree: a token-granular radix tree whose nodes own KV blocks of the paged pool.
 
 A node spans tokens ``[start, end)`` of every sequence whose path runs through it; ``blocks[j]`` is the block
-holding positions of block index ``start // block_size + j`` (slot ``position % block_size``). The invariant
+holding positions of block index ``start // block_size + j`` (slot ``position % block_size``). A node of a
+windowed KV group may hold None for a block index before the window of the sequence that inserted it (that
+block was given back); a windowed match reads only the blocks inside its window. The invariant
 that makes token-granular reuse safe: a node's block for index ``i`` holds valid KV for every position of block
 ``i`` from ``i * block_size`` up to ``min(end, (i + 1) * block_size)`` along the node's path. When a split
 falls inside a block, the parent's last block and the child's first block are the same block.
@@ -23,7 +25,7 @@ class Node:
 
     __slots__ = ("alive", "blocks", "children", "key", "last_access", "lock_ref", "parent", "start", "tokens")
 
-    def __init__(self, tokens: list[int], start: int, blocks: list[int], parent: Node | None,
+    def __init__(self, tokens: list[int], start: int, blocks: list[int | None], parent: Node | None,
                  key: tuple[str, ...] = ()) -> None:
         self.tokens, self.start, self.blocks, self.parent, self.key = tokens, start, blocks, parent, key
         self.children: dict[int, Node] = {}
@@ -83,10 +85,10 @@ class RadixTree:
             node = node.parent
         return nodes[::-1]
 
-    def path_blocks(self, node: Node | None, num_tokens: int) -> tuple[list[int], set[int]]:
+    def path_blocks(self, node: Node | None, num_tokens: int) -> tuple[list[int | None], set[int]]:
         """For the first ``num_tokens`` tokens of ``node``'s path: the block holding each block index (from the
         deepest node that reaches into it) and every block the path's nodes reference there."""
-        owners: list[int] = []
+        owners: list[int | None] = []
         referenced: set[int] = set()
         for n in self.path(node):
             first = n.start // self.block_size
@@ -94,7 +96,8 @@ class RadixTree:
                 index = first + j
                 if index * self.block_size >= num_tokens:
                     break
-                referenced.add(block)
+                if block is not None:
+                    referenced.add(block)
                 if index < len(owners):
                     owners[index] = block
                 else:
@@ -121,21 +124,22 @@ class RadixTree:
         self.num_nodes += 1
         return head
 
-    def insert(self, keys: tuple[str, ...], tokens: list[int], num_tokens: int, table: list[int],
-               owned: Node | None) -> Node:
+    def insert(self, keys: tuple[str, ...], tokens: list[int], num_tokens: int, table: list[int | None],
+               owned: Node | None, extend: bool = True) -> Node:
         """Add ``tokens[:num_tokens]`` (KV in ``table``) below ``owned``, the deepest node of the caller's path
         (which covers ``tokens[:owned.end]``; None: start at the root). Returns the node ending at
         ``num_tokens``. Parts already in the tree keep their blocks; the caller's duplicates are not used.
 
         ``owned`` is extended in place when only the caller locks it, it is a leaf and it ends on a block
-        boundary, which keeps one sequence's path a single node.
+        boundary, which keeps one sequence's path a single node; ``extend=False`` adds a new leaf instead (blocks
+        that must stay evictable while the caller's lock holds ``owned``).
         """
         node = owned if owned is not None else self._root(keys)
         pos = node.end
         while pos < num_tokens:
             child = node.children.get(tokens[pos])
             if child is None:
-                return self._grow(node, node is owned, tokens[pos:num_tokens], table)
+                return self._grow(node, extend and node is owned, tokens[pos:num_tokens], table)
             count = _common_prefix(child.tokens, tokens, pos, num_tokens)
             if count < len(child.tokens):
                 child = self.split(child, count)
@@ -143,7 +147,7 @@ class RadixTree:
             self.touch(node)
         return node
 
-    def _grow(self, node: Node, owned: bool, tokens: list[int], table: list[int]) -> Node:
+    def _grow(self, node: Node, owned: bool, tokens: list[int], table: list[int | None]) -> Node:
         size, start = self.block_size, node.end
         first, last = start // size, (start + len(tokens) - 1) // size
         if owned and node.lock_ref == 1 and not node.children and start % size == 0:

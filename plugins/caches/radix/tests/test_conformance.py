@@ -45,6 +45,7 @@ def check_tree(cache: RadixCache, driver: CacheDriver) -> None:
 
 
 class TestRadixConformance(CacheConformance):
+    window_prefix_reuse = True
     plugin_module = plugin
     plugin_name = "radix"
 

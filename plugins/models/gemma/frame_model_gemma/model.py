@@ -10,7 +10,13 @@ it again on load.
 from __future__ import annotations
 
 import torch
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from frame.interfaces.attention import (
+    AttentionBackend,
+    AttentionMetadata,
+    AttentionSpec,
+    GroupedMetadata,
+    layer_metadata,
+)
 from frame.layers import (
     DecoderLM,
     GatedMLP,
@@ -73,7 +79,8 @@ class GemmaModel(DecoderLM):
 
     @torch.inference_mode()
     def forward(  # type: ignore[override]
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache], meta: AttentionMetadata,
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
+        meta: AttentionMetadata | GroupedMetadata,
     ) -> torch.Tensor:
         """Final-norm hidden states of the flat batch; Gemma 3's local layers rotate with their own rope."""
         if self.rotary_local is None:
@@ -81,8 +88,9 @@ class GemmaModel(DecoderLM):
         caches = self.layer_caches(kv_caches)
         h = self.embed(input_ids, positions)
         ropes = (self.rotary.lookup(positions, h.dtype), self.rotary_local.lookup(positions, h.dtype))
-        for layer, cache, local in zip(self.layers, caches, self.args.local_layers, strict=True):
-            h, _ = layer(h, None, ropes[local], cache, meta)
+        for layer, cache, local, index in zip(self.layers, caches, self.args.local_layers, self.cache_of_layer,
+                                              strict=True):
+            h, _ = layer(h, None, ropes[local], cache, layer_metadata(meta, index))
         return self.norm(h)[0]
 
     def placements(self, name: str, tensor: torch.Tensor, gguf: bool) -> list[Placement] | None:

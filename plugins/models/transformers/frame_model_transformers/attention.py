@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata, GroupedMetadata, layer_metadata
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -30,7 +30,7 @@ class Step:
 
     backends: list[AttentionBackend]
     caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    meta: AttentionMetadata | None = None
+    meta: AttentionMetadata | GroupedMetadata | None = None
     asked: dict[int, tuple[int, int, int, float, int | None, float | None]] = field(default_factory=dict)
 
 
@@ -64,7 +64,7 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     layer = module.layer_idx
     q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))
     k_cache, v_cache = step.caches[layer]
-    out = step.backends[layer].forward(q, k, v, k_cache, v_cache, step.meta)
+    out = step.backends[layer].forward(q, k, v, k_cache, v_cache, layer_metadata(step.meta, layer))
     return out[None], None
 
 

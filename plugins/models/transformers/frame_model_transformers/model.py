@@ -15,7 +15,7 @@ import math
 
 import torch
 from frame.errors import UnsupportedModelError
-from frame.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec, GroupedMetadata
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
 from frame.layers import check_common, head_layout, kv_cache_spec, layer_windows, rope_parameters
 from frame.parallel import parallel_context
@@ -88,7 +88,7 @@ class TransformersModel(CausalLM):
     @torch.inference_mode()
     def forward(  # type: ignore[override]
         self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | GroupedMetadata,
     ) -> torch.Tensor:
         """The base model's last hidden states ``[num_tokens, hidden]``; every layer writes its new KV."""
         with stepping(Step(self.backends, kv_caches, meta)):
