@@ -43,11 +43,16 @@ class _EngineCollector(Collector):
             yield routed
         families = [(GaugeMetricFamily(name, doc, labels=["rank"]), attr) for name, (doc, attr) in _GAUGES.items()]
         families += [(CounterMetricFamily(name, doc, labels=["rank"]), attr) for name, (doc, attr) in _COUNTERS.items()]
+        groups = GaugeMetricFamily("frame_kv_cache_group_blocks_in_use", "KV blocks live requests hold per KV group "
+                                   "(layers of one window: 'full' or 'window W')", labels=["rank", "group", "window"])
         for rank, stats in sorted(self.stats.items()):
             for family, attr in families:
                 family.add_metric([str(rank)], getattr(stats, attr))
+            for g, (kind, count) in enumerate(zip(stats.kv_groups, stats.group_blocks_in_use, strict=False)):
+                groups.add_metric([str(rank), str(g), kind], count)
         for family, _ in families:
             yield family
+        yield groups
 
 
 #: Per-rank gauges and counters: name -> (help text, EngineStats attribute).

@@ -226,7 +226,12 @@ def sum_stats(parts: list[EngineStats]) -> EngineStats:
     total = EngineStats()
     for part in parts:
         for name in EngineStats.__struct_fields__:
-            if name != "kv_usage":
-                setattr(total, name, getattr(total, name) + getattr(part, name))
+            mine, theirs = getattr(total, name), getattr(part, name)
+            if name == "kv_groups":
+                total.kv_groups = theirs or mine  # every core serves the same model
+            elif isinstance(theirs, list):  # per KV group
+                setattr(total, name, [a + b for a, b in zip(mine or [0] * len(theirs), theirs, strict=True)])
+            elif name != "kv_usage":
+                setattr(total, name, mine + theirs)
     total.kv_usage = total.blocks_in_use / total.num_blocks if total.num_blocks else 0.0
     return total

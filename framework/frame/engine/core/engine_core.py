@@ -209,6 +209,9 @@ class EngineCore:
         s.kv_usage, s.blocks_in_use, s.peak_blocks_in_use = c.usage, c.blocks_in_use, c.peak_blocks_in_use
         s.prefix_queries, s.prefix_query_tokens, s.prefix_hit_tokens = c.queries, c.query_tokens, c.hit_tokens
         s.evictions = c.evictions
+        s.kv_groups = ["full" if w is None else f"window {w}" for w in self.kv_groups.windows]
+        s.group_blocks_in_use = list(c.group_blocks_in_use)
+        s.peak_group_blocks_in_use = list(c.peak_group_blocks_in_use)
         s.preemptions = self.scheduler.num_preemptions
         grammars = self.structured.cache
         s.grammar_cache_entries, s.grammar_cache_bytes = len(grammars), grammars.bytes

@@ -61,7 +61,9 @@ class EngineStats(msgspec.Struct, kw_only=True):
     ``comm_seconds``: time the driver rank spent in tensor-parallel collectives, over every step.
     ``spec_*``: speculative decoding's drafts verified, drafts kept, and steps that verified drafts.
     ``prefix_cache_resets``: resets that emptied the prefix cache (one asked while requests hold blocks does not).
-    ``grammar_*``: the compiled-grammar cache (entries, bytes, evictions) and the seconds spent compiling."""
+    ``grammar_*``: the compiled-grammar cache (entries, bytes, evictions) and the seconds spent compiling.
+    ``kv_groups``: the model's KV groups (``"full"`` or ``"window W"``, :mod:`frame.interfaces.kv_groups`), and
+    ``group_blocks_in_use`` / ``peak_group_blocks_in_use`` the blocks each holds for live requests."""
 
     num_running: int = 0
     num_waiting: int = 0
@@ -86,6 +88,9 @@ class EngineStats(msgspec.Struct, kw_only=True):
     grammar_cache_bytes: int = 0
     grammar_cache_evictions: int = 0
     grammar_compile_seconds: float = 0.0
+    kv_groups: list[str] = []
+    group_blocks_in_use: list[int] = []
+    peak_group_blocks_in_use: list[int] = []
 
     @property
     def spec_acceptance_rate(self) -> float:
