@@ -228,7 +228,8 @@ class KVCacheStrategy(ABC):
             for g, window in enumerate(self.windows):
                 table, first = holding.tables[g], holding.first[g]
                 view = GroupSequence(seq, g, window, held_from=first)
-                self.release(view, table, holding.states[g], min(seq.num_computed_tokens, len(table) * self.block_size))
+                computed = min(seq.num_computed_tokens, len(table) * self.block_size)
+                self.release(view, table[first:], holding.states[g], computed)
                 self._count(g, table[first:], -1)
             self._track()
         for view in self._views(seq):
@@ -328,8 +329,8 @@ class KVCacheStrategy(ABC):
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
         """``seq`` no longer holds ``table`` (finished, aborted or preempted); ``num_computed`` leading tokens have
         KV in it. Drop the sequence's references; keep what should stay cached (a partial last block included, if
-        the strategy reuses at token granularity). For a windowed KV group, ``table``'s positions before
-        ``held_from(seq)`` were given back already (:meth:`release_blocks`): only the rest is the sequence's."""
+        the strategy reuses at token granularity). For a windowed KV group, ``table`` starts at block position
+        ``held_from(seq)``: the blocks before it were given back already (:meth:`release_blocks`)."""
 
     def release_blocks(self, seq: CacheSequence, blocks: list[int], state: Any) -> None:
         """A windowed KV group of ``seq`` (``window_of(seq)`` is set) stops holding ``blocks``: leading blocks of
@@ -337,8 +338,7 @@ class KVCacheStrategy(ABC):
         positions from ``held_from(seq)`` on. Drop the sequence's
         references, keeping published KV cached as :meth:`release` would. The default is :meth:`release` of
         those blocks with nothing computed (nothing kept beyond what is already published)."""
-        whole = GroupSequence(seq.seq, seq.group, seq.window) if isinstance(seq, GroupSequence) else seq
-        self.release(whole, blocks, state, 0)  # ``blocks`` is the whole table given: it is held from 0
+        self.release(seq, blocks, state, 0)
 
     @property
     @abstractmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch, held_from, window_of
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixClaim, PrefixMatch, window_of
 
 from frame_cache_hashchain.digest import DigestFn, block_digest
 from frame_cache_hashchain.pool import BlockPool
@@ -167,7 +167,7 @@ class HashChainCache(KVCacheStrategy):
 
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
         # Tail blocks first, so that a prompt's later blocks are evicted before its earlier (more shared) ones.
-        for block_id in reversed(table[held_from(seq):]):
+        for block_id in reversed(table):
             self.pool.unref(block_id)
 
     def forget(self, seq_id: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixMatch, held_from
+from frame.interfaces.cache import CacheSequence, KVCacheStrategy, PrefixMatch
 
 
 class NoCache(KVCacheStrategy):
@@ -38,7 +38,7 @@ class NoCache(KVCacheStrategy):
         return state
 
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
-        self._free.extend(reversed(table[held_from(seq):]))
+        self._free.extend(reversed(table))
 
     def clear(self) -> None:
         """Nothing is cached, so there is nothing to drop."""

@@ -122,10 +122,9 @@ class RadixCache(KVCacheStrategy):
 
     def release(self, seq: CacheSequence, table: list[int], state: Any, num_computed: int) -> None:
         if window_of(seq) is not None:
-            first = held_from(seq)
-            self._insert_window(seq, [None] * first + table[first:], num_computed, state)
+            self._insert_window(seq, [None] * held_from(seq) + table, num_computed, state)
             self.tree.unlock(state.node)
-            for block in table[first:]:
+            for block in table:
                 self.pool.adjust(block, seq=-1)
             return
         state = self.publish(seq, table, state, num_computed)
