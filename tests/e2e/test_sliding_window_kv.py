@@ -2,9 +2,10 @@
 
 A tiny random Gemma 3 (five sliding layers to one full one, as the real models have them) and a tiny random Mistral
 (every layer sliding), both with a 64-token window, made at test time. A prompt of eight windows (512 tokens) plus
-16 greedy tokens equals transformers in float32, through both prefix caches, and the blocks each sliding KV group
-holds, read from the cache's stats, stay within its window (plus the step's chunk and the block being filled)
-while the full group holds every block. A second prompt that extends the first reuses its prefix in every group.
+16 greedy tokens equals transformers in float32, through both prefix caches and both attention backends that run on
+the CPU, and the blocks each sliding KV group holds, read from the cache's stats, stay within its window (plus the
+step's chunk and the block being filled) while the full group holds every block. A second prompt that extends the
+first reuses its prefix in every group.
 """
 
 from __future__ import annotations
@@ -50,14 +51,15 @@ def greedy(reference, prompt: list[int]) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
+@pytest.mark.parametrize("attn", ["cpu_paged", "sdpa"])
 @pytest.mark.parametrize("cache", ["hashchain", "radix"])
-def test_a_long_prompt_keeps_only_the_window_of_sliding_layers(tiny, cache: str) -> None:
+def test_a_long_prompt_keeps_only_the_window_of_sliding_layers(tiny, cache: str, attn: str) -> None:
     name, folder, reference = tiny
     rng = random.Random(0)
     prompt = [rng.randrange(3, 49152) for _ in range(PROMPT)]
     extended = prompt + [rng.randrange(3, 49152) for _ in range(8)]
-    llm = LLM(model=str(folder), dtype="float32", cache=cache, block_size=BLOCK, max_num_batched_tokens=CHUNK,
-              max_model_len=1024)
+    llm = LLM(model=str(folder), dtype="float32", cache=cache, attn=attn, block_size=BLOCK,
+              max_num_batched_tokens=CHUNK, max_model_len=1024)
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     try:
         for tokens in (prompt, extended):
