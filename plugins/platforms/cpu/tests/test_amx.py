@@ -46,6 +46,9 @@ def test_amx_rows_do_not_depend_on_their_batch() -> None:
     for row in (0, 15, 16, 31, 32, 69):
         assert torch.equal(_amx(x[row : row + 1], weight, None), together[row : row + 1])
         assert torch.equal(_amx(x[row:], weight, None), together[row:])
+    # Fewer than 16 rows run on tiles of that many rows, loaded from x itself: the same bits as in a full tile.
+    for row, count in ((0, 2), (3, 5), (40, 15), (55, 15)):
+        assert torch.equal(_amx(x[row : row + count], weight, None), together[row : row + count])
 
 
 @pytest.mark.parametrize("rows", [1, 40])

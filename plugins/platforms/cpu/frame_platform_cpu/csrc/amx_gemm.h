@@ -9,8 +9,8 @@
 // runs after the next block's tile instructions are issued, so the vector code overlaps the tiles' work (that
 // alone took the bfloat16 gate-up shape from 1.0-1.2 to 1.6-1.9 TFLOP/s on 2 cores). The last, partial block of
 // rows is copied into a zero-padded buffer, so every tile is whole. Every row runs the same instructions in the
-// same order whatever the number of rows (even one: a decode row costs a padded tile, but a decode step is bound
-// by reading the weight), so a row's result does not depend on its batch.
+// same order whatever the number of rows (fewer than 16 run on tiles of that many rows, see product), so a row's
+// result does not depend on its batch.
 #pragma once
 
 #include "amx_tiles.h"
@@ -84,9 +84,14 @@ void run_block(int64_t rows, int cols, const uint8_t* x, int64_t x_stride, int64
 // x [m rows of k_bytes] against the n-column packed weight `wp`. For each block, once its accumulators are in
 // memory, `epilogue(c, rows, cols, row, panel)` writes y's rows [row, row + rows) of panel `panel` (cols: 2 for
 // 32 columns, 1 for a last panel of 16); c is [32][32] float32 or int32.
+//
+// Fewer than 16 rows (a decode step's few rows) run on tiles configured with that many rows (TileConfig): x's
+// tile is loaded from x itself, and the tiles multiply m rows instead of a zero-padded 16. Each row's sums are
+// the same instructions in the same order as in a 16-row tile, so its result is bitwise the same.
 template <Dot D, typename Epilogue>
 void product(const uint8_t* xp, int64_t m, int64_t k_bytes, const uint8_t* wp, int64_t n, Epilogue epilogue) {
-  const int64_t whole = m / kBlockRows * kBlockRows;
+  const bool few = m < 16;
+  const int64_t whole = few ? m : m / kBlockRows * kBlockRows;
   std::vector<uint8_t> tail;  // the last block's rows, zero-padded to whole tiles
   if (whole < m) {
     tail.assign(kBlockRows * k_bytes, 0);
@@ -94,7 +99,7 @@ void product(const uint8_t* xp, int64_t m, int64_t k_bytes, const uint8_t* wp, i
   }
   const int64_t panels = (n + kPanel - 1) / kPanel;
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-    TileScope tiles;
+    TileScope tiles(few ? static_cast<int>(m) : 16);
     alignas(64) int32_t c[2][kBlockRows * kPanel];
     struct Pending {
       const int32_t* c;

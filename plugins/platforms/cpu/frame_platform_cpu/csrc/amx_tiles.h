@@ -35,10 +35,12 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 
-  TileConfig() {
+  // `x_rows` (1-16): the rows of tiles 0-5 (the accumulators and x); tiles 6 and 7, the weight's, keep 16. Fewer
+  // than 16 rows is a few-row product's shape: the tiles load and multiply only the rows there are.
+  explicit TileConfig(int x_rows = 16) {
     for (int t = 0; t < 8; ++t) {
       colsb[t] = 64;
-      rows[t] = 16;
+      rows[t] = static_cast<uint8_t>(t < 6 ? x_rows : 16);
     }
   }
 };
@@ -49,6 +51,10 @@ class TileScope {
  public:
   TileScope() {
     static const TileConfig config;
+    _tile_loadconfig(&config);
+  }
+  explicit TileScope(int x_rows) {
+    const TileConfig config(x_rows);
     _tile_loadconfig(&config);
   }
   ~TileScope() { _tile_release(); }

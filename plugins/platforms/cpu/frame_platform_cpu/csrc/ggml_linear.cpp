@@ -287,17 +287,52 @@ void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const Qua
   }
 }
 
+// q4_0 / q4_1 as values_vnni gives them, but with each high nibble left in place (byte & 0xF0, 16 times the
+// nibble): w[0..3] the low nibbles, w[4..7] the high ones times 16. A vpdpbusd chain over w[4..7] sums 16 times the
+// high nibbles' products exactly (at most 16 x 240 x 127 per lane), so one arithmetic shift per block replaces
+// values_vnni's four vpsrlw, which compete with vpdpbusd for the same port on Intel cores.
+inline void nibbles_in_place(const uint8_t* wb, __m512i* w) {
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(static_cast<char>(0xF0));
+  for (int c = 0; c < 4; ++c) {
+    const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
+    w[c] = _mm512_and_si512(packed, low);
+    w[c + 4] = _mm512_and_si512(packed, high);
+  }
+}
+
+// One group's block against x's broadcast quads xq4: the 16 rows' exact integer dot products, minus offset * sum(q_x)
+// (`start`). Two chains of four vpdpbusd (inputs 0-15 and 16-31) instead of one of eight halve the latency a block
+// waits on.
+template <int64_t Format>
+inline __m512i block_dot(const uint8_t* wb, const __m512i* xq4, __m512i start) {
+  constexpr bool in_place = Format == kQ4_0 || Format == kQ4_1;
+  __m512i w[8];
+  if constexpr (in_place) nibbles_in_place(wb, w);
+  else values_vnni<Format>(wb, w);
+  __m512i low = start, high = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
+    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
+  }
+  return _mm512_add_epi32(low, in_place ? _mm512_srai_epi32(high, 4) : high);
+}
+
 // G adjacent groups (group_qbytes / group_scales apart) against one row of quantized x, their blocks taken in
-// step: a decode row's product. acc[i] lane j = group i's row j's dot. With one group at a time a row's step
+// step: a decode row's product. out[i] lane j = group i's row j's dot. With one group at a time a row's step
 // waited on the weight's latency (one stream, one chain of vpdpbusd per block); G streams and chains overlap.
+// The sums stay in registers (local, read through nothing that could alias them) and are stored once at the end.
 template <int64_t Format, int G>
 void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                    int64_t nb, const QuantizedRows& xq, __m512* acc) {
+                    int64_t nb, const QuantizedRows& xq, __m512* out) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
+  __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* qx = xq.q.data();
+  const float* xd = xq.d.data();
+  const float* xs = xq.s.data();
+  const int32_t* xsum = xq.sum.data();
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* xb = qx + b * kBlock;
     __m512i xq4[8];  // x's quads: inputs 4i..4i+3 (i < 4) and 16 + 4(i - 4).. (i >= 4), broadcast
@@ -305,9 +340,9 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
       xq4[i] = broadcast_quad(xb + 4 * i);
       xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
     }
-    const __m512 dx = _mm512_set1_ps(xq.d[b]);
-    const __m512 sx = _mm512_set1_ps(xq.s[b]);
-    const __m512i start = _mm512_set1_epi32(-offset * xq.sum[b]);
+    const __m512 dx = _mm512_set1_ps(xd[b]);
+    const __m512 sx = _mm512_set1_ps(xs[b]);
+    const __m512i start = offset ? _mm512_set1_epi32(-offset * xsum[b]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* wb = qs + g * group_qbytes + b * qbytes;
@@ -315,12 +350,10 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
       // Into L2, not L1 as group_vnni does: each weight line is read once here, and on a Zen 4 core four groups'
       // streams asked into L1 held its miss buffers (a one-row step's q4_1 linears 5.9 -> 4.8 ms on one core,
       // 3.6 -> 3.0 on two; prefetcht0 stays better where several rows reuse each line from L1).
+      // The scales ahead too, a line per block where a block's d and m fill one (q4_1, q5_1), else every other.
       for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T1);
-      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchAhead / 8), _MM_HINT_T1);
-      __m512i w[8];
-      values_vnni<Format>(wb, w);
-      __m512i dot = offset ? start : _mm512_setzero_si512();
-      for (int i = 0; i < 8; ++i) dot = _mm512_dpbusd_epi32(dot, w[i], xq4[i]);
+      if (sbytes * 2 == 64 || b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchAhead / 8), _MM_HINT_T1);
+      const __m512i dot = block_dot<Format>(wb, xq4, start);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
       if constexpr (has_min(Format))
@@ -328,6 +361,7 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
                                  acc[g]);
     }
   }
+  for (int i = 0; i < G; ++i) out[i] = acc[i];
 }
 
 template <int64_t Format>
