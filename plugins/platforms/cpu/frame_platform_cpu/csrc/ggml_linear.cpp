@@ -35,6 +35,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bfloat16_bits.h"
 #include "ggml_blocks.h"
 
 namespace {
@@ -471,10 +472,8 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
     const __m512 v = bias_ptr ? _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, bias_ptr + c)) : sums;
     if (as_float) {
       _mm512_mask_storeu_ps(yf + row * n + c, mask, v);
-    } else {
-      float lane[16];
-      _mm512_storeu_ps(lane, v);
-      for (int j = 0; j < lanes; ++j) yb[row * n + c + j] = c10::BFloat16(lane[j]);
+    } else {  // rounded 16 lanes at a time (one by one, c10::BFloat16 took ~15% of a one-row step)
+      _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(yb) + row * n + c, mask, frame_cpu::narrow16(v));
     }
   };
   // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
