@@ -2,6 +2,7 @@
 the read floor of the same bytes measured in the same round: weight GB/s and the share of the floor.
 
     .venv/bin/python benchmarks/decode_rows.py [--rounds 3] [--threads 1,2] [--rows 1,2,4] [--formats q4_1,bf16]
+        [--in-cache]
 
 A step is SmolLM2-135M's linears (30 layers' distinct weights and the logits, as ``linear_dtypes.py``), so the
 weights come from memory (or the last-level cache) as they do in the model. The floor is ``read_floor.cpp``
@@ -9,8 +10,10 @@ weights come from memory (or the last-level cache) as they do in the model. The 
 number of threads, its passes taken in turn with the step's: on a shared host only these same-round ratios mean
 anything. One thread is timed in the thread's CPU time (time another process takes the core does not count), two
 in wall time. The ggml formats use random blocks with sane float16 scales (the kernels' speed does not depend on
-the values); bfloat16 runs ``kernels.bfloat16_linear`` (AMX tiles where the CPU has them) and, with AVX-512 BF16,
-the ``vdpbf16ps`` kernel too.
+the values). ``--in-cache`` also times each layer shape alone, its weight in L2, in one core's CPU time: the
+kernel's own rate and the call's fixed cost, without the memory system. bfloat16 runs
+``kernels.bfloat16_linear`` (AMX tiles where the CPU has them) and, with AVX-512 BF16, the ``vdpbf16ps`` kernel
+too.
 """
 
 from __future__ import annotations
@@ -74,6 +77,29 @@ def paired(floor: Callable[[], object], step: Callable[[], object], repeat: int,
     return best[0], best[1]
 
 
+def in_cache(steps: dict, rows: int, calls: int = 200) -> None:
+    """Each shape's linear called ``calls`` times in a row, so its weight stays in L2: one core's CPU time per call
+    (the kernel and the call's fixed cost, no memory stalls), as weight GB/s."""
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(1)
+    for name, (linears, _, dtype) in steps.items():
+        per_value = _PER_VALUE[name]
+        cells = []
+        for (linear, i), (o, _, _) in zip(linears[::30], SHAPES[:-1], strict=False):
+            x = torch.randn(rows, i, generator=gen).to(dtype)
+            best = float("inf")
+            for _ in range(7):
+                start = time.thread_time()
+                for _ in range(calls):
+                    linear(x)
+                best = min(best, (time.thread_time() - start) / calls)
+            cells.append(f"{o}x{i} {best * 1e6:6.1f} us {o * i * per_value / best / 1e9:5.1f} GB/s")
+        print(f"in L2, rows {rows}: {name:15s} " + " | ".join(cells), flush=True)
+
+
+_PER_VALUE: dict[str, float] = {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
@@ -81,6 +107,7 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rows", default="1")
     parser.add_argument("--formats", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--in-cache", action="store_true", help="also time each shape with its weight in L2")
     args = parser.parse_args()
     kernels.load()
     native.load_library("frame_bench_floor", [Path(__file__).with_name("read_floor.cpp")], ("-O3", "-march=native"))
@@ -92,6 +119,7 @@ def main() -> None:
             continue
         linears = [(build(o, i, gen), i) for o, i, calls in SHAPES for _ in range(calls)]
         steps[name] = (linears, sum(o * i * calls for o, i, calls in SHAPES) * per_value, dtype)
+        _PER_VALUE[name] = per_value
     floor_buffer = torch.ones(int(max(b for _, b, _ in steps.values())) // 256 * 64)
     read_floor = torch.ops.frame_bench.read_floor.default
     print(f"isa {quantized.isa_path()}, amx {kernels.amx_usable()}; formats {list(steps)}")
@@ -111,6 +139,9 @@ def main() -> None:
                     results.setdefault((name, threads, rows), []).append((gbs, gbs / floor_gbs))
                     print(f"round {rnd} threads {threads} {name:15s} rows {rows}: {step_s * 1e3:6.2f} ms "
                           f"{gbs:5.1f} GB/s, floor {floor_gbs:5.1f} GB/s: {gbs / floor_gbs:5.1%}", flush=True)
+    if args.in_cache:
+        for rows in (int(r) for r in args.rows.split(",")):
+            in_cache(steps, rows)
     print("\nmedian over rounds: weight GB/s, share of the same round's floor")
     for (name, threads, rows), values in results.items():
         print(f"threads {threads} {name:15s} rows {rows}: {statistics.median(v for v, _ in values):5.1f} GB/s "
