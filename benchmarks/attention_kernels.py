@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/attention_kernels.py [--dtype bfloat16] [--backends cpu_paged,sdpa] [--layers 30]
 
 Shapes: decode batches (64 sequences at contexts around 300 and 1000, one stream at 300 and 2000) and prefill steps (9
-prompts of 225 tokens, one of 2000, 19 of 50-400). Reports the median of several calls, the multiply-add rate and
-the KV bytes read per second, so a kernel change shows whether it moved toward the compute or the memory limit.
+prompts of 225 tokens, one of 2000 and one of 8000, the last 2,048-token chunk of an 8,000-token prompt, 19 of
+50-400); ``--shapes prefill`` runs only those whose label holds a word. Reports the median of several calls, the
+multiply-add rate and the KV bytes read per second, so a kernel change shows whether it moved toward the compute or the
+memory limit.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ SHAPES = {
     "decode 1 x ctx 2000": ([2000], [1]),
     "prefill 9 x 225": ([0] * 9, [225] * 9),
     "prefill 1 x 2000": ([0], [2000]),
+    "prefill 1 x 8000": ([0], [8000]),
+    # The last 2,048-token chunk of an 8,000-token prompt prefilled in chunks.
+    "prefill 2048 after 5952": ([5952], [2048]),
     # New prompts of 50-400 tokens (4,811 in all), as the mixed batch's first prefill steps hold them.
     "prefill 19 x 50-400": ([0] * 19, PROMPTS_50_400),
 }
@@ -47,6 +52,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--backends", default="cpu_paged,sdpa")
     parser.add_argument("--calls", type=int, default=7)
+    parser.add_argument("--shapes", default="", help="only the shapes whose label contains one of these "
+                        "comma-separated words (e.g. prefill)")
     parser.add_argument("--layers", type=int, default=1,
                         help="sweep this many copies of each case's KV, as a model's layers do, so the KV comes "
                              "from memory rather than the cache (30 for SmolLM2)")
@@ -61,6 +68,8 @@ def main() -> None:
     }
     print(f"{torch.get_num_threads()} threads, {args.dtype}")
     for label, (context, new) in SHAPES.items():
+        if args.shapes and not any(word in label for word in args.shapes.split(",")):
+            continue
         inputs, macs, kv_bytes = case(context, new, dtype)
         layers = [inputs] + [(*inputs[:3], inputs[3].clone(), inputs[4].clone(), inputs[5])
                              for _ in range(args.layers - 1)]

@@ -12,6 +12,7 @@
 // The online softmax runs in float32 over 32 keys a step (two vectors), half the float path's steps.
 #pragma once
 
+#include "amx_prefill.h"
 #include "amx_tiles.h"
 #include "common.h"
 
@@ -184,9 +185,14 @@ class Bf16ItemRunner {
   using bf16 = c10::BFloat16;
 
   Bf16ItemRunner(const Problem<bf16, bf16>& p, Cascade<D>& cascade)
-      : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys) {
+      : p_(p), cascade_(cascade), zeros_(D, 0), vpairs_(kKeys / 2 * D), keys_t_(D / 2 * kKeys)
+#if FRAME_PAGED_AMX
+        , flash_(p)
+#endif
+  {
 #if FRAME_PAGED_AMX
     amx_ = amx::permitted();
+    flash_ok_ = amx_ && amx::FlashPrefill<D>::serves(p);
 #endif
   }
 
@@ -260,6 +266,9 @@ class Bf16ItemRunner {
     if (amx_) {
       if (direct) {
         sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, Mode::kFloat);
+      } else if (flash_ok_ && k_begin == 0) {  // prefill tiles (amx_prefill.h); writes the rows itself
+        flash_(item);
+        return;
       } else {
         amx::Tiles tiles;
         sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, Mode::kTiles);
@@ -625,6 +634,10 @@ class Bf16ItemRunner {
   std::vector<uint32_t> keys_t_;  // the step's K as [D / 2][kKeys] bfloat16 pairs (prefill tiles)
   std::vector<float> acc_, max_, sum_;
   bool amx_ = false;
+#if FRAME_PAGED_AMX
+  amx::FlashPrefill<D> flash_;
+  bool flash_ok_ = false;
+#endif
   const char* lines_[kPrefetchLines];
   int queued_ = 0, issued_ = 0;
 };
