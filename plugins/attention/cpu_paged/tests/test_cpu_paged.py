@@ -86,12 +86,18 @@ def test_decodes_sharing_prefix_blocks_attend_to_them_together(heads: int, kv_he
         torch.testing.assert_close(alone, out[rows], atol=1e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_pool_slots_past_each_sequence_never_reach_the_output(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(("dtype", "context", "new", "heads"), [
+    (torch.float32, [0, 5, 18], [7, 1, 30], (6, 2)),
+    (torch.bfloat16, [0, 5, 18], [7, 1, 30], (6, 2)),
+    # A long prefill: on AMX the blocked kernel loads the rest of each sequence's last block as part of a 16-key tile.
+    (torch.bfloat16, [0, 100], [1013, 70], (9, 3)),
+])
+def test_pool_slots_past_each_sequence_never_reach_the_output(dtype: torch.dtype, context: list[int], new: list[int],
+                                                              heads: tuple[int, int]) -> None:
     # A pool slot no sequence owns may hold anything, NaN included (freed blocks, torch.empty).
-    q, k, v, k_cache, v_cache, meta = make_batch([0, 5, 18], [7, 1, 30], 16, 6, 2, 64, seed=7)
+    q, k, v, k_cache, v_cache, meta = make_batch(context, new, 16, *heads, 64, seed=7)
     q, k, v, k_cache, v_cache = (t.to(dtype) for t in (q, k, v, k_cache, v_cache))
-    backend = CpuPagedAttention(6, 2, 64, 0.125, dtype)
+    backend = CpuPagedAttention(*heads, 64, 0.125, dtype)
     expected = backend.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
     owned = torch.zeros(k_cache.shape[:2], dtype=torch.bool)
     for table, length in zip(meta.block_tables.tolist(), meta.seq_lens_host, strict=True):

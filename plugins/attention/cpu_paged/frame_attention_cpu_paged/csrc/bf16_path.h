@@ -262,11 +262,12 @@ class Bf16ItemRunner {
     const bool direct = head_rows <= kDirectMaxRows;
 #if FRAME_PAGED_AMX
     // On CPUs with AMX (Intel's, where vdpbf16ps issues at half the FMA rate) decode rows take float32 FMAs and
-    // tiles take the tile unit.
+    // tiles take the tile unit: prefill items the blocked kernel (amx_prefill.h), other tiles (a decode with more
+    // than 8 grouped heads) amx_tile_rows.
     if (amx_) {
       if (direct) {
         sweep(table, k_begin, end, 0, kv_heads, head_rows, groups, first_pos, direct, Mode::kFloat);
-      } else if (flash_ok_ && k_begin == 0) {  // prefill tiles (amx_prefill.h); writes the rows itself
+      } else if (flash_ok_ && k_begin == 0) {  // writes the item's rows itself
         flash_(item);
         return;
       } else {

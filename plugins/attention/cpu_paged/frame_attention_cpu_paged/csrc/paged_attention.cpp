@@ -8,7 +8,8 @@
 //
 // Two implementations:
 // - bf16_path.h, for a bfloat16 cache and queries on CPUs with AVX-512 BF16 (head_dim a multiple of 32): both
-//   products on vdpbf16ps, or on AMX tiles where the CPU has them (amx_decode.h), 32-key softmax steps, and
+//   products on vdpbf16ps, or on AMX tiles where the CPU has them (amx_tiles.h; prefill items amx_prefill.h, a
+//   blocked flash-style kernel with the scores transposed), 32-key softmax steps, and
 //   cascade attention over prefix blocks that decodes share.
 // - This file, for everything else (float32, float16, other head sizes, other CPUs), 16 keys a step. Few query
 //   rows (decodes) take dot products along head_dim, one K row at a time; many rows (prefill tiles) first
