@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from frame.errors import ConfigError
 
@@ -37,7 +47,12 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=16, description="longest sequence (prompt + output), at most the "
                                       "model's; default: the model's")
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
-    num_kv_blocks: int | None = Field(None, ge=1, description="KV pool size in blocks; overrides kv_cache_fraction")
+    kv_cache_memory: ByteSize | None = Field(
+        None, description="the KV pool's size (per rank), a byte size: 2GiB, 512MB, 1.5G or bytes; default: the "
+        "platform's share of free memory (cpu: half of the RAM available once the weights are loaded, as vLLM-CPU's "
+        "VLLM_CPU_KVCACHE_SPACE sets KV space aside), within kv_cache_fraction")
+    num_kv_blocks: int | None = Field(None, ge=1, description="KV pool size in blocks; overrides kv_cache_memory and "
+                                      "kv_cache_fraction")
     kv_cache_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of the device's memory (of RAM on a "
                                      "CPU) the weights and the KV pool may take together (vLLM's "
                                      "--gpu-memory-utilization)")
@@ -117,6 +132,20 @@ class EngineConfig(BaseModel):
     @classmethod
     def _canonical_dtype(cls, value: str) -> str:
         return DTYPE_ALIASES.get(value, value)
+
+    @field_validator("kv_cache_memory", mode="before")
+    @classmethod
+    def _byte_size(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            size = TypeAdapter(ByteSize).validate_python(value)
+        except ValidationError:
+            size = None
+        if size is None or size <= 0:
+            raise PydanticCustomError("byte_size", "{value} is not a byte size above 0; give one such as 2GiB, "
+                                      "512MB or 1073741824", {"value": repr(value)})
+        return size
 
     @model_validator(mode="after")
     def _rank_within_size(self) -> EngineConfig:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import ByteSize
+
 from frame.config import EngineConfig
 
 if TYPE_CHECKING:
     from frame.engine.wire.client_core import Ready
 
-_GIB = 1 << 30
 
 
 def kv_tokens(ready: Ready) -> int:
@@ -28,6 +29,11 @@ def max_concurrency(ready: Ready, data_parallel_size: int = 1) -> float:
     return kv_tokens(ready) * data_parallel_size / ready.max_model_len
 
 
+def pool_size(ready: Ready) -> str:
+    """The pool's bytes as ``--kv-cache-memory`` spells a size (``1.9GiB``, ``512.0MiB``)."""
+    return ByteSize(ready.kv_bytes).human_readable()
+
+
 def kv_bytes_per_token(ready: Ready) -> int:
     """Bytes one token's K and V take in the pool, over all layers (a quantized pool's scales included)."""
     return ready.kv_bytes // max(kv_tokens(ready), 1)
@@ -38,6 +44,15 @@ def kv_dtype_line(ready: Ready) -> str:
     12240 bytes per token``)."""
     quantized = " (8-bit codes + a float32 scale per token and KV head)" if ready.kv_dtype in ("int8", "fp8") else ""
     return f"{ready.kv_dtype or ready.dtype}{quantized}, {kv_bytes_per_token(ready)} bytes per token"
+
+
+def pool_sizing(config: EngineConfig) -> str:
+    """What sized the KV pool, as the KV pool row's tail."""
+    if config.num_kv_blocks is not None:
+        return "set by --num-kv-blocks"
+    if config.kv_cache_memory is not None:
+        return f"set by --kv-cache-memory {config.kv_cache_memory.human_readable()}"
+    return "the platform's share of free memory (--kv-cache-memory sets it)"
 
 
 def _long_prefills(config: EngineConfig) -> str:
@@ -67,8 +82,8 @@ def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
         ("scheduler", f"{ready.sched}, at most {config.max_num_seqs} sequences and {config.max_num_batched_tokens} "
                       f"tokens a step{_long_prefills(config)}"),
         ("ranks", f"{cores} x {tp} tensor-parallel rank{'s' if tp > 1 else ''}; {router}"),
-        ("KV pool", f"{ready.kv_bytes / _GIB:.2f} GiB{' per rank' if tp > 1 else ''}, {kv_tokens(ready)} tokens "
-                    f"({ready.num_blocks} blocks) per core"),
+        ("KV pool", f"{pool_size(ready)}{' per rank' if tp > 1 else ''}, {kv_tokens(ready)} tokens "
+                    f"({ready.num_blocks} blocks) per core; {pool_sizing(config)}"),
         ("KV dtype", kv_dtype_line(ready)),
         ("max concurrency", f"{max_concurrency(ready, dp):.2f} requests of {ready.max_model_len} tokens at once"),
         ("decode graphs", graphs),

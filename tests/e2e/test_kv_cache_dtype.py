@@ -51,7 +51,8 @@ def _bytes_per_token(kv_cache_dtype: str, capsys) -> int:
                  kv_cache_dtype, "--max-model-len", "256", "--num-kv-blocks", "32", "-v"])
     err = capsys.readouterr().err
     assert code == 0, err
-    found = re.search(r"KV pool: 512 tokens \(32 blocks\); KV dtype (\S+)[^,]*, (\d+) bytes per token", err)
+    found = re.search(r"KV pool: [\d.]+[KMG]iB, 512 tokens \(32 blocks\); KV dtype (\S+)[^,]*, (\d+) bytes per token",
+                      err)
     assert found is not None, err
     assert found.group(1) == kv_cache_dtype
     return int(found.group(2))

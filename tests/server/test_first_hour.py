@@ -104,7 +104,7 @@ def test_the_startup_summary_names_what_runs(hub_server) -> None:
     assert rows["scheduler"].startswith("fcfs, at most 256 sequences and 2048 tokens a step")
     assert rows["ranks"].startswith("1 engine core (mp, pid ") and rows["ranks"].endswith(
         "x 1 tensor-parallel rank; no router (one core)")
-    assert rows["KV pool"].endswith("GiB, 8192 tokens (512 blocks) per core")
+    assert re.fullmatch(r"[\d.]+[KMG]iB, 8192 tokens \(512 blocks\) per core; set by --num-kv-blocks", rows["KV pool"])
     assert re.fullmatch(r"float32, \d+ bytes per token", rows["KV dtype"])
     assert rows["max concurrency"] == "8.00 requests of 1024 tokens at once"
     assert rows["decode graphs"] == "off (--enforce-eager / --no-cuda-graphs)"

@@ -94,12 +94,12 @@ def _print_kv_pool(llm: LLM) -> None:
     """The KV pool's size and dtype, with its bytes per token (what ``--kv-cache-dtype`` changes)."""
     from frame.engine.core.engine_core import EngineCore
     from frame.engine.core.loop import ready_message
-    from frame.summary import kv_dtype_line, kv_tokens
+    from frame.summary import kv_dtype_line, kv_tokens, pool_size
 
     if isinstance(llm.engine, EngineCore):  # data-parallel cores report theirs in the server's summary only
         ready = ready_message(llm.engine, 0)
-        print(f"KV pool: {kv_tokens(ready)} tokens ({ready.num_blocks} blocks); KV dtype {kv_dtype_line(ready)}",
-              file=sys.stderr)
+        print(f"KV pool: {pool_size(ready)}, {kv_tokens(ready)} tokens ({ready.num_blocks} blocks); KV dtype "
+              f"{kv_dtype_line(ready)}", file=sys.stderr)
 
 
 def _print_cache_use(llm: LLM, results: list[RequestOutput]) -> None:

@@ -10,6 +10,7 @@ from what every rank can hold, and the cache strategy and the scheduling policy 
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 
 from frame.config import EngineConfig, resolve_plugin_options
@@ -121,19 +122,26 @@ class EngineCore:
         return make_executor(self.config, self.max_model_len, self.registry, self.source, self.selection)
 
     def _pool_size(self) -> int:
-        needed = self.kv_groups.blocks_per_sequence(self.max_model_len, self.config.block_size,
-                                                    self.config.max_num_batched_tokens)
-        if self.config.num_kv_blocks is not None:
-            blocks = self.config.num_kv_blocks
+        """Blocks in the pool: ``num_kv_blocks``, else ``kv_cache_memory`` over a block's bytes, else what the
+        platform's budget leaves (no more than every running sequence at full length could use: more only costs
+        memory)."""
+        config = self.config
+        needed = self.kv_groups.blocks_per_sequence(self.max_model_len, config.block_size,
+                                                    config.max_num_batched_tokens)
+        bytes_per_block = self.executor.bytes_per_block
+        if config.num_kv_blocks is not None:
+            blocks, fix = config.num_kv_blocks, f"raise num_kv_blocks to at least {needed}"
         else:
-            blocks = self.executor.available_kv_blocks()
-            # More blocks than every running sequence at full length could use only costs memory.
-            blocks = min(blocks, needed * self.config.max_num_seqs)
+            if config.kv_cache_memory is not None:
+                blocks = config.kv_cache_memory // bytes_per_block
+            else:
+                blocks = min(self.executor.available_kv_blocks(), needed * config.max_num_seqs)
+            fix = f"raise --kv-cache-memory to at least {_mib(needed * bytes_per_block)}"
         if blocks < needed:
             raise ConfigError(
-                f"The KV pool holds {blocks} blocks of {self.config.block_size} tokens, fewer than one sequence of "
-                f"max_model_len {self.max_model_len} needs ({needed}); raise num_kv_blocks or lower max_model_len.",
-                param="num_kv_blocks",
+                f"The KV pool holds {blocks} blocks of {config.block_size} tokens ({_mib(blocks * bytes_per_block)}), "
+                f"fewer than one sequence of max_model_len {self.max_model_len} needs ({needed}); {fix} or lower "
+                f"max_model_len.", param="num_kv_blocks" if config.num_kv_blocks is not None else "kv_cache_memory",
             )
         return int(blocks)
 
@@ -221,3 +229,8 @@ class EngineCore:
     def shutdown(self) -> None:
         """Stop the model workers (worker processes or actors); the core cannot step afterwards."""
         self.executor.shutdown()
+
+
+def _mib(size: int) -> str:
+    """``size`` bytes as ``--kv-cache-memory`` spells a size (``12.5MiB``)."""
+    return f"{math.ceil(size / (1 << 20) * 10) / 10:g}MiB"

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from frame_platform_cpu import kernels, probe, quantized, rewrites, w8a8
 
 _GIB = 1 << 30
+#: The share of the memory available at start that the KV pool takes unless ``--kv-cache-memory`` sizes it: like
+#: vLLM-CPU's ``VLLM_CPU_KVCACHE_SPACE``, a space set aside for KV beside the weights, here sized from what the
+#: machine has free rather than a fixed 4 GiB (half: the other half is left to the activations, the tokenizer,
+#: the API server and whatever else runs on the host).
+KV_SHARE_OF_AVAILABLE = 0.5
 
 
 class CpuOptions(BaseModel):
@@ -24,7 +29,6 @@ class CpuOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
-    kv_cache_gib: float = Field(4.0, gt=0, description="most GiB of RAM the KV pool may take")
     native_kernels: bool = Field(
         True, description="use the platform's kernels for bfloat16 layers (linears on packed weights, fused norm, "
                     "activation and rotary)"
@@ -111,7 +115,8 @@ class CpuPlatform(Platform):
         return paths
 
     def kv_cache_budget_bytes(self, memory_fraction: float, model_bytes: int) -> int:
-        """The smaller of ``kv_cache_gib`` and ``memory_fraction`` of RAM less the weights."""
+        """Half of the memory available now (the weights already loaded), at most ``memory_fraction`` of RAM less
+        the weights."""
         share = int(memory_fraction * probe.total_memory_bytes()) - model_bytes
         if share <= 0:
             raise ConfigError(
@@ -119,7 +124,7 @@ class CpuPlatform(Platform):
                 f"{model_bytes / _GIB:.1f} GiB of weights; raise kv_cache_fraction or use a smaller model.",
                 param="kv_cache_fraction",
             )
-        return min(share, int(self.options.kv_cache_gib * _GIB))
+        return min(share, int(KV_SHARE_OF_AVAILABLE * probe.available_memory_bytes()))
 
     def preferred_attention(self, installed: Sequence[str]) -> str:
         """``cpu_paged`` (the native kernel), else ``sdpa`` (plain torch), else the first installed backend."""

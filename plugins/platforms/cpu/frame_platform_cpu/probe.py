@@ -10,6 +10,9 @@ from frame import native
 #: /proc/cpuinfo flags of CPUs with native bfloat16 arithmetic (x86 AVX-512 BF16 / AMX, Arm BF16).
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+#: (limit, usage) file pairs of cgroup v2 and v1.
+_CGROUP_USAGE = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
 
 
 def cpu_flags() -> frozenset[str]:
@@ -91,3 +94,24 @@ def total_memory_bytes() -> int:
         if raw.isdigit():
             total = min(total, int(raw))
     return total
+
+
+def available_memory_bytes() -> int:
+    """Memory the kernel could give this process now without swapping (``MemAvailable``: free pages plus the
+    page cache it can drop, a memory-mapped file's pages included), lowered to the cgroup's room when the
+    process runs in a smaller container."""
+    available = total_memory_bytes()
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = min(available, int(line.split()[1]) * 1024)
+    except OSError:  # not on Linux: the total is the best guess
+        pass
+    for limit_file, usage_file in _CGROUP_USAGE:
+        try:
+            limit, usage = (Path(f).read_text().strip() for f in (limit_file, usage_file))
+        except OSError:
+            continue
+        if limit.isdigit() and usage.isdigit():
+            available = min(available, max(int(limit) - int(usage), 0))
+    return available

@@ -36,14 +36,15 @@ def test_options_reject_bad_values() -> None:
     with pytest.raises(ValidationError):
         CpuOptions(threads=0)
     with pytest.raises(ValidationError):
-        CpuOptions(kv_cache_gib=0)
-    with pytest.raises(ValidationError):
         CpuOptions(gpu=True)
 
 
-def test_kv_budget_is_capped_by_the_option() -> None:
-    platform = CpuPlatform(CpuOptions(kv_cache_gib=0.25))
-    assert platform.kv_cache_budget_bytes(0.9, 0) == min(_GIB // 4, int(0.9 * probe.total_memory_bytes()))
+def test_kv_budget_is_half_the_available_memory_within_the_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "available_memory_bytes", lambda: 6 * _GIB)
+    monkeypatch.setattr(probe, "total_memory_bytes", lambda: 16 * _GIB)
+    assert CpuPlatform().kv_cache_budget_bytes(0.9, _GIB) == 3 * _GIB
+    assert CpuPlatform().kv_cache_budget_bytes(0.25, _GIB) == 3 * _GIB  # 0.25 x 16 GiB less the weights
+    assert CpuPlatform().kv_cache_budget_bytes(0.2, _GIB) == int(0.2 * 16 * _GIB) - _GIB
 
 
 def test_kv_budget_refuses_a_model_larger_than_the_share() -> None:
