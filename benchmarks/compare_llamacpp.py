@@ -9,6 +9,10 @@ CPU) and runs ``benchmarks/llamacpp_driver.py`` in that interpreter, over a JSON
     .venv/bin/python benchmarks/compare_llamacpp.py --rounds 3                      # single stream, Q4_1 packed
     .venv/bin/python benchmarks/compare_llamacpp.py --rounds 3 --perplexity
     .venv/bin/python benchmarks/compare_llamacpp.py --quantization none --dtype float32   # frame dense
+    .venv/bin/python benchmarks/compare_llamacpp.py --gguf model-Q4_K_M.gguf --rounds 3   # issue 30's four cases
+
+``--gguf FILE`` (any GGUF) runs ``llamacpp_suite.py`` instead of one workload: single stream decode, a batch of 16
+(llama.cpp decoding the sixteen together), prefill at 512 and at 4,096 prompt tokens, each case's rounds alternating.
 
 frame runs the model with ``--quantization gguf`` by default (the GGUF's blocks kept packed, as llama.cpp keeps
 them), both on the same number of threads. Each round records the cores that processes outside the benchmark kept
@@ -60,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--llamacpp-python", default=DEFAULT_PYTHON,
                         help="python of a virtual environment with llama-cpp-python installed")
     parser.add_argument("--model", default=None, help="a .gguf file (default: the bundled SmolLM2 Q4_1)")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help="any .gguf file: run issue 30's four cases on it (llamacpp_suite.py) instead of one "
+                             "workload")
+    parser.add_argument("--cases", nargs="*", default=[],
+                        help="with --gguf, only these cases (single, batch, prefill 512, prefill 4096 ...)")
+    parser.add_argument("--kv-cache-memory", default="1GiB", help="with --gguf, frame's KV pool")
     parser.add_argument("--workload", default="single_stream")
     parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--quantization", default="gguf", help="frame's --quantization ('none': dense weights)")
@@ -89,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     args = parse_args(argv)
+    if args.gguf is not None:
+        from llamacpp_suite import run_suite
+
+        return run_suite(args, LlamaCppProcess)
     console = Console()
     systems = ["frame", "llamacpp"] if args.only is None else [args.only]
     quantization = args.quantization

@@ -5,7 +5,9 @@ imports frame).
 prints ``READY``, then answers one line per command on stdin:
 
 - ``run``: generates every prompt (token ids, greedy, no stop at EOS, each its own ``max_tokens``), one after
-  another, and prints ``RESULT {json}`` (elapsed seconds, output tokens, the tokens, time to first token);
+  another, and prints ``RESULT {json}`` (elapsed seconds, output tokens, the tokens, time to first token); with
+  ``"batched": true`` in the spec all prompts decode together instead, one sequence each in every
+  ``llama_decode`` (llama.cpp's ``batched`` example: one batch of every prompt, then one of a token per sequence);
 - ``perplexity``: evaluates every chunk of the file's ``chunks`` from an empty cache and prints ``PERPLEXITY
   {json}`` with the negative log-likelihood of each chunk's second half, computed from llama.cpp's logits exactly
   as ``frame.bench.perplexity.score`` does;
@@ -67,6 +69,72 @@ def chunk_nll(llm: Any, chunk: list[int]) -> tuple[float, int]:
     return float(-logprobs[np.arange(len(targets)), targets].sum()), len(targets)
 
 
+def generate_batched(ctx: Any, prompts: list[list[int]], max_tokens: list[int], vocab: int) -> tuple[list[list[int]],
+                                                                                                     float]:
+    """Greedy tokens of every prompt decoded together (sequence ``i`` is prompt ``i``), from an empty cache, and the
+    seconds to the first tokens (the prompts' batch)."""
+    import llama_cpp
+    import numpy as np
+
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+    total = sum(map(len, prompts))
+    batch = llama_cpp.llama_batch_init(max(total, len(prompts)), 0, 1)
+    try:
+        start = time.perf_counter()
+        batch.n_tokens = 0
+        rows: list[int] = []
+        for seq, prompt in enumerate(prompts):
+            for pos, token in enumerate(prompt):
+                j = batch.n_tokens
+                batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.seq_id[j][0] = token, pos, 1, seq
+                batch.logits[j] = pos == len(prompt) - 1
+                batch.n_tokens += 1
+            rows.append(batch.n_tokens - 1)
+        outputs: list[list[int]] = [[] for _ in prompts]
+        first = 0.0
+        while True:
+            if llama_cpp.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed on the batch")
+            for seq, row in enumerate(rows):
+                if row >= 0:
+                    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(vocab,))
+                    outputs[seq].append(int(np.argmax(logits)))
+            if not first:
+                first = time.perf_counter() - start
+            batch.n_tokens, rows = 0, []
+            for seq, out in enumerate(outputs):
+                if len(out) < max_tokens[seq]:
+                    j = batch.n_tokens
+                    batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.seq_id[j][0] = (
+                        out[-1], len(prompts[seq]) + len(out) - 1, 1, seq)
+                    batch.logits[j] = True
+                    batch.n_tokens += 1
+                    rows.append(j)
+                else:
+                    rows.append(-1)
+            if batch.n_tokens == 0:
+                return outputs, first
+    finally:
+        llama_cpp.llama_batch_free(batch)
+
+
+def batched_context(llm: Any, spec: dict[str, Any]) -> Any:
+    """A context of its own on ``llm``'s model for ``len(prompts)`` sequences sharing one KV buffer."""
+    import llama_cpp
+
+    prompts = spec["prompts"]
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = sum(len(p) + m for p, m in zip(prompts, spec["max_tokens"], strict=True)) + 256
+    params.n_batch = params.n_ubatch = max(512, sum(map(len, prompts)))
+    params.n_seq_max = len(prompts)
+    params.kv_unified = True
+    params.n_threads = params.n_threads_batch = spec["threads"]
+    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+    if ctx is None:
+        raise RuntimeError("llama.cpp made no batched context")
+    return ctx
+
+
 #: Set from the spec: feed the prompt one token at a time (for llama.cpp builds whose batched path fails here).
 PREFILL_BY_TOKEN = False
 
@@ -100,14 +168,21 @@ def main(path: str) -> int:
     llm = Llama(n_ctx=spec["n_ctx"], **common)
     scorer = None
     prompts, max_tokens = spec["prompts"], spec["max_tokens"]
-    generate(llm, prompts[0], 4)  # warm-up: thread pool, first kernels
+    batched = batched_context(llm, spec) if spec.get("batched") else None
+    if batched is not None:
+        generate_batched(batched, prompts, [2] * len(prompts), llm.n_vocab())
+    else:
+        generate(llm, prompts[0], 4)  # warm-up: thread pool, first kernels
     print(f"READY llama_cpp {llama_cpp.__version__}", flush=True)
     for line in sys.stdin:
         command = line.strip()
         if command == "run":
             start = time.perf_counter()
             outputs, firsts = [], []
-            for prompt, limit in zip(prompts, max_tokens, strict=True):
+            if batched is not None:
+                outputs, first = generate_batched(batched, prompts, max_tokens, llm.n_vocab())
+                firsts = [first]
+            for prompt, limit in zip(prompts, max_tokens, strict=True) if batched is None else ():
                 tokens, first = generate(llm, prompt, limit)
                 outputs.append(tokens)
                 firsts.append(first)
