@@ -61,3 +61,38 @@ def test_parts_in_different_formats_stay_packed_each_in_its_own() -> None:
     assert torch.equal(packed.narrow(-1, 32, 32).dequantize(), reference[:, 32:64])
     with pytest.raises(ValueError, match="one contiguous slice"):
         packed.rows(torch.tensor([0, 5]))
+
+
+def _tied(vocab: int = 96, hidden: int = 64) -> nn.Module:
+    from frame.layers import ParallelLMHead, VocabParallelEmbedding
+
+    embed = VocabParallelEmbedding(vocab, hidden, torch.device("cpu"), torch.bfloat16)
+    head = ParallelLMHead(hidden, vocab, torch.device("cpu"), torch.bfloat16, weight=embed.weight)
+    return nn.ModuleDict({"embed": embed, "head": head})
+
+
+def test_a_tied_embedding_that_arrived_packed_stays_packed_and_looks_rows_up_exactly() -> None:
+    # A GGUF's token_embd read by the embedding and by the LM head: no dense copy of the table (for a 32,000 x 2048
+    # table, 125 MiB in bfloat16), each lookup dequantizes only the rows it reads.
+    model = _tied()
+    table = GGMLWeight.quantized("q8_0", torch.randn(96, 64, generator=torch.Generator().manual_seed(1)))
+    model["embed"].load("weight", table)
+    assert finish_loading(model, None) == 1
+    weight = model["embed"].weight
+    assert weight.device.type == "meta" and model["head"].weight is weight and weight.packed is not None
+    ids = torch.tensor([[5, 7, 5], [95, 0, 7]])
+    expected = table.dequantize().to(torch.bfloat16)[ids]
+    assert torch.equal(model["embed"](ids), expected)
+
+
+def test_a_table_quantized_at_load_stays_dense_for_its_lookups() -> None:
+    # int8 quantizes the LM head's weight from dense values; the embedding sharing it keeps them to look up.
+    from frame_quantization_int8.method import Int8Method
+
+    model = _tied()
+    values = torch.randn(96, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    model["embed"].weight.data.copy_(values)
+    assert finish_loading(model, Int8Method()) == 1
+    weight = model["embed"].weight
+    assert weight.device.type == "cpu" and weight.packed is not None
+    assert torch.equal(model["embed"](torch.tensor([3, 4])), values[[3, 4]])

@@ -20,7 +20,7 @@ from torch import nn
 
 from frame.interfaces.platform import Platform
 from frame.interfaces.quantization import PackedWeight
-from frame.layers.quantized import packed_weight, store_rows, with_reference
+from frame.layers.quantized import embedding_rows, packed_weight, store_rows, with_reference
 
 #: A platform's replacement for a layer's computation: same arguments as the layer's ``forward``, same result up
 #: to rounding, or None to decline this call (then the layer's torch reference runs).
@@ -89,8 +89,11 @@ class Embedding(nn.Module):
         super().__init__()
         self.weight = empty_parameter(num, dim, device=device, dtype=dtype)
 
+    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.embedding_rows`): loading may keep it packed.
+    reads_packed_rows = True
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.weight)
+        return embedding_rows(ids, self.weight)
 
     def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
         copy_checked(self.weight if kind == "weight" else None, tensor, kind)

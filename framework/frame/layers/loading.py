@@ -20,6 +20,14 @@ def _is_linear(module: nn.Module) -> bool:
     return isinstance(module, Linear)
 
 
+def _reads_packed(module: nn.Module, packed: object) -> bool:
+    """True for a layer that computes from ``packed`` alone: a linear, or a lookup table that dequantizes the rows
+    it looks up (the token embedding, tied to the LM head or not); a table of parts in several formats is kept
+    dense."""
+    return _is_linear(module) or (getattr(module, "reads_packed_rows", False)
+                                   and getattr(packed, "format", "mixed") != "mixed")
+
+
 def finish_loading(model: nn.Module, method: QuantizationMethod | None,
                    input_absmax: dict[str, torch.Tensor] | None = None) -> int:
     """After ``model.load_weights``: join packed rows, quantize dense linear weights with ``method``, and free the
@@ -41,7 +49,6 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None,
         holders = users[key]
         if not arrived_packed(weight):
             weight.__dict__.pop("dense_rows", None)
-        all_linear = all(_is_linear(m) for _, m in holders)
         arrived = arrived_packed(weight)
         packed = joined_rows(weight) if arrived else None
         if packed is None and method is not None and weight.dim() == 2 and any(_is_linear(m) for _, m in holders):
@@ -53,13 +60,14 @@ def finish_loading(model: nn.Module, method: QuantizationMethod | None,
         if packed is None:
             continue
         packed_count += 1
-        if all_linear:  # nothing reads the dense values: keep the shape and dtype, drop the storage
+        readers = _reads_packed if arrived else (lambda module, _: _is_linear(module))
+        if all(readers(m, packed) for _, m in holders):  # nothing reads dense values: keep shape and dtype only
             replacement = nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
                                        requires_grad=False)
             replacement.packed = packed
             for _, module in holders:
                 module.weight = replacement
-        else:  # a tied embedding: it looks rows up dense; the linears sharing it read the packed form
+        else:  # a table quantized here (int8): it looks rows up dense; the linears sharing it read the packed form
             if arrived:
                 weight.data.copy_(packed.dequantize(weight.dtype))
             weight.packed = packed

@@ -20,7 +20,7 @@ from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
 from frame.layers.basic import KernelLayer, Linear, SiluAndMul, copy_checked, empty_parameter
-from frame.layers.quantized import note_dense_rows, store_rows
+from frame.layers.quantized import embedding_rows, note_dense_rows, store_rows
 from frame.parallel import HeadPartition, parallel_context
 
 
@@ -172,12 +172,15 @@ class VocabParallelEmbedding(nn.Module):
         self.start, size = self.parallel.split(vocab_size)
         self.weight = empty_parameter(size, hidden, device=device, dtype=dtype)
 
+    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.embedding_rows`): loading may keep it packed.
+    reads_packed_rows = True
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not self.parallel.is_parallel:
-            return F.embedding(input_ids, self.weight)
+            return embedding_rows(input_ids, self.weight)
         local = input_ids - self.start
         outside = (local < 0) | (local >= self.weight.shape[0])
-        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        out = embedding_rows(local.masked_fill(outside, 0), self.weight)
         out.masked_fill_(outside.unsqueeze(-1), 0)
         return self.parallel.all_reduce(out)
 

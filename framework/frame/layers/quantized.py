@@ -34,6 +34,18 @@ def packed_weight(layer: nn.Module) -> PackedWeight | None:
     return getattr(getattr(layer, "weight", None), "packed", None)
 
 
+def embedding_rows(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.embedding(ids, weight)``, for a table kept packed too (``weight`` on the meta device, its blocks in
+    ``weight.packed``: a GGUF's token embedding, tied or not): only the rows looked up are dequantized, each once,
+    so the table stays the file's pages instead of a dense copy of the whole vocabulary."""
+    packed = getattr(weight, "packed", None)
+    if packed is None or weight.device.type != "meta":
+        return torch.nn.functional.embedding(ids, weight)
+    unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+    rows = packed.rows(unique.cpu()).dequantize(weight.dtype).to(ids.device)
+    return rows[inverse].reshape(*ids.shape, rows.shape[-1])
+
+
 def store_rows(param: torch.Tensor, offset: int, packed: PackedWeight, what: str) -> None:
     """Keep ``packed`` as rows ``[offset, offset + rows)`` of the weight ``param`` until :func:`finish_loading`."""
     rows, inputs = packed.shape
