@@ -18,13 +18,19 @@ def _qkv() -> tuple[nn.Module, dict[str, torch.Tensor]]:
     return nn.ModuleDict({"qkv": layer}), dense
 
 
-def test_parts_of_one_format_join_into_one_packed_weight() -> None:
+def test_parts_of_one_format_stay_the_parts_not_a_joined_copy() -> None:
+    # A GGUF's Q, K and V (or gate and up) are views of its memory map: the fused weight keeps those views, so no
+    # joined copy stays resident beside the platform kernel's own (cpu: joined only until it repacks them).
     model, dense = _qkv()
-    for part, w in dense.items():
-        model["qkv"].load("weight", GGMLWeight.quantized("q8_0", w), part)
+    parts = {part: GGMLWeight.quantized("q8_0", w) for part, w in dense.items()}
+    for part, w in parts.items():
+        model["qkv"].load("weight", w, part)
     assert finish_loading(model, None) == 1
     packed = packed_weight(model["qkv"])
-    assert packed is not None and packed.format == "q8_0" and packed.shape == (128, 64)
+    assert isinstance(packed, MixedRows) and packed.shape == (128, 64)
+    assert [p.tensors["blocks"].data_ptr() for p in packed.parts] == [
+        w.tensors["blocks"].data_ptr() for w in parts.values()]
+    assert torch.equal(packed.dequantize(), torch.cat([w.dequantize() for w in parts.values()]))
 
 
 def test_a_part_that_arrived_dense_makes_the_fused_weight_dense() -> None:

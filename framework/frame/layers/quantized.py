@@ -3,11 +3,12 @@
 A quantization plugin's source hands a model family :class:`~frame.interfaces.quantization.PackedWeight` values
 where it would hand dense tensors; the layers' ``load`` passes them here (:func:`store_rows`), which keeps each
 block of rows on the weight parameter until every tensor is loaded.
-:func:`~frame.layers.loading.finish_loading` then joins the rows
-into one packed weight per parameter (the fused QKV and gate-up layers join several checkpoint tensors), asks the
-quantization method to quantize the linear weights that arrived dense (``int8``), and frees the dense storage of
-every weight that only linears read. A parameter that another layer reads dense too (a tied embedding) keeps its
-dense values as well. The weight's packed form is ``weight.packed``; :func:`packed_weight` reads it for a platform.
+:func:`~frame.layers.loading.finish_loading` then gathers the rows
+into one packed weight per parameter (the fused QKV and gate-up layers hold several checkpoint tensors: a
+:class:`~frame.weights.MixedRows` of them, not a joined copy), asks the quantization method to quantize the linear
+weights that arrived dense (``int8``), and frees the dense storage of every weight that only linears, or a lookup
+table reading packed rows (:func:`embedding_rows`), read. A table quantized at load keeps its dense values for
+its lookups. The weight's packed form is ``weight.packed``; :func:`packed_weight` reads it for a platform.
 
 A layer whose weight is packed runs the platform's kernel for its format; when the platform has none or declines
 a call, :func:`with_reference` multiplies by the dequantised weight (slow, exact: the kernels' reference).
@@ -24,7 +25,6 @@ from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
 from frame.weights.mixed import MixedRows
-from frame.weights.pages import release_file_pages
 
 log = logging.getLogger("frame.layers")
 
@@ -76,12 +76,11 @@ def joined_rows(param: torch.Tensor) -> PackedWeight | None:
     if expected != param.shape[0]:
         raise ValueError(f"rows {expected}:{param.shape[0]} of a packed weight were never loaded")
     ordered = [parts[o] for o in sorted(parts)]
-    # Parts in different formats stay packed, each in its own (a GGUF's q6_K V beside q4_K Q and K).
-    joined = None if dense else PackedWeight.cat(ordered) or MixedRows(ordered)
-    if joined is not None and len(ordered) > 1 and not isinstance(joined, MixedRows):
-        for part in ordered:  # joined into a copy: the parts' file pages (a GGUF's memory map) need not stay
-            for tensor in part.tensors.values():
-                release_file_pages(tensor)
+    # Several parts stay as they are, one after another (each a view of the file's memory map, not joined into a
+    # copy that would stay resident beside a kernel's own): the platform's kernel for the weight joins them if it
+    # wants one matrix, and gives the file's pages back once it has its copy. Parts in different formats (a GGUF's
+    # q6_K V beside q4_K Q and K) are kept each in its own.
+    joined = None if dense else ordered[0] if len(ordered) == 1 else MixedRows(ordered)
     if joined is None:
         formats = [p.format for p in ordered] + ["dense"]
         log.info("a fused weight has rows that arrived dense (%s); it runs dense", ", ".join(formats))

@@ -10,8 +10,10 @@ other kind (a tensor's own allocation, a writable mapping) is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
+from pathlib import Path
 
 import torch
 
@@ -33,6 +35,34 @@ def _file_mapping(start: int, end: int) -> bool:
     return False
 
 
+def _madvise(start: int, length: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc.madvise(start, length, _MADV_DONTNEED) == 0
+
+
+def settle_after_load(path: str | Path) -> int:
+    """Once a model is loaded and its kernels built: drop this process's resident pages of every read-only mapping
+    of the checkpoint at ``path`` (what loading read: metadata, the tokenizer's strings, blocks a kernel copied; a
+    later read faults a page back in from the page cache), and give the heap's free memory back to the system
+    (``malloc_trim``: copies made and freed while loading, a joined weight before its repacking, would otherwise
+    stay resident as free heap). Returns the mapped bytes released; 0 where there is no ``/proc`` or libc."""
+    released = 0
+    target = str(Path(path).resolve())
+    try:
+        with open("/proc/self/maps") as maps:
+            ranges = [line.split(maxsplit=5) for line in maps]
+    except OSError:
+        return 0
+    for fields in ranges:
+        if len(fields) > 5 and fields[5].strip() == target and fields[1][1] == "-":
+            low, high = (int(a, 16) for a in fields[0].split("-"))
+            released += (high - low) if _madvise(low, high - low) else 0
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+    return released
+
+
 def release_file_pages(tensor: torch.Tensor) -> int:
     """Drop this process's resident pages of ``tensor`` when it is a view of a read-only file mapping; the whole
     pages inside it only. Returns the bytes released (0 for any other memory)."""
@@ -41,8 +71,4 @@ def release_file_pages(tensor: torch.Tensor) -> int:
     first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
     if last <= first or not tensor.is_contiguous() or not _file_mapping(start, end):
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    if libc.madvise(first, last - first, _MADV_DONTNEED) != 0:
-        return 0
-    return last - first
+    return last - first if _madvise(first, last - first) else 0

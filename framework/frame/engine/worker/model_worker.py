@@ -32,6 +32,7 @@ from frame.parallel import ParallelContext, parallel_context, set_parallel_conte
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.weights import open_weights
+from frame.weights.pages import settle_after_load
 
 log = logging.getLogger("frame.worker")
 
@@ -106,6 +107,7 @@ class Worker:
             set_parallel_context(previous)
         model.eval()
         attach_platform_kernels(model, sel.platform)
+        settle_after_load(self.source.path)
         return model, attention
 
     def calibrate(self, model: CausalLM, attention: AttentionBackend,

@@ -159,19 +159,34 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
 
 
 def mixed_linear(packed: PackedWeight, bias: torch.Tensor | None) -> Kernel | None:
-    """A weight whose row blocks come in different formats (``frame.weights.MixedRows``): each part's own kernel,
-    the outputs joined along the features; None (the reference) when a part has no kernel here."""
+    """A weight whose row blocks come as several parts (``frame.weights.MixedRows``: a fused QKV or gate-up, each
+    part a view of the file). Parts of one format: one kernel over their rows joined, a copy that lives only until
+    the kernel repacks it (AVX-512 VNNI) or a rewriting copies it; parts in different formats: each part's own
+    kernel, the outputs joined along the features. Either way the parts' file pages read are given back. None (the
+    reference) when a part has no kernel here."""
+    parts = packed.parts
+    joined = PackedWeight.cat(parts) if len({p.format for p in parts}) == 1 else None
+    if joined is not None and (linear := ggml_linear(joined, bias)) is not None:
+        del joined
+        _release(parts)
+        return linear
     offsets = packed.offsets
-    parts = [ggml_linear(part, None if bias is None else bias[lo:hi])
-             for part, lo, hi in zip(packed.parts, offsets[:-1], offsets[1:], strict=True)]
-    if any(part is None for part in parts):
+    kernels_ = [ggml_linear(part, None if bias is None else bias[lo:hi])
+                for part, lo, hi in zip(parts, offsets[:-1], offsets[1:], strict=True)]
+    if any(part is None for part in kernels_):
         return None
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:
-        outs = [part(x) for part in parts]
+        outs = [part(x) for part in kernels_]  # type: ignore[misc]
         return None if any(out is None for out in outs) else torch.cat(outs, dim=-1)
 
     return linear
+
+
+def _release(parts: list[PackedWeight]) -> None:
+    for part in parts:
+        for tensor in part.tensors.values():
+            release_file_pages(tensor)
 
 
 def packed_layer_kernel(layer: torch.nn.Module, packed: PackedWeight, gated: bool) -> Kernel | None:

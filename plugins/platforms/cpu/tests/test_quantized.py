@@ -210,6 +210,21 @@ def test_a_weight_mixing_types_runs_each_part_in_its_own() -> None:
     torch.testing.assert_close(kernel(x).double(), exact + layer.bias.double(), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("fmt", ["q5_0", "q4_k"])
+def test_parts_of_one_format_run_as_one_kernel_over_their_rows_joined(fmt: str) -> None:
+    # A fused gate-up of one type arrives as its parts (views of the file): the kernel joins them for itself and
+    # computes exactly what the joined weight's kernel computes.
+    parts = [random_blocks(fmt, 48, 256, seed=7), random_blocks(fmt, 48, 256, seed=8)]
+    layer = torch.nn.Module()
+    layer.bias = None
+    kernel = quantized.packed_layer_kernel(layer, MixedRows(parts), gated=False)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(9))
+    joined = quantized.ggml_linear(GGMLWeight.cat(parts), None)
+    assert kernel is not None and joined is not None
+    assert torch.equal(kernel(x), joined(x))
+    assert torch.equal(kernel(x), torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1))
+
+
 def test_every_type_is_served_and_named_with_its_path() -> None:
     from frame_platform_cpu.platform import CpuPlatform
 
