@@ -175,3 +175,29 @@ def write_gguf(source: WeightSource, path: Path, architecture: str, num_layers: 
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def int8_block_rounded(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as llama.cpp's integer kernels see it: each block of 32 along the last dimension rounded to int8
+    steps of its ``max|x| / 127`` (the scale kept in float32), back in ``x``'s dtype."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    scale = amax / 127
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    return (torch.round(blocks * inverse) * scale).reshape(x.shape).to(x.dtype)
+
+
+def int8_activation_logits(reference: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    """``reference``'s float32 logits for ``ids`` with every linear's input rounded as :func:`int8_block_rounded`
+    (where the input is whole blocks of 32): what a platform's packed kernels that round activations to 8 bits, as
+    llama.cpp's do, compute, up to float32 sums. A small model with sharp attention (Gemma 3's query/key norms)
+    can turn that rounding's half a percent at each matrix into well over 5% of its logits."""
+    hooks = [module.register_forward_pre_hook(lambda _, args: (int8_block_rounded(args[0]), *args[1:]))
+             for module in reference.modules()
+             if isinstance(module, torch.nn.Linear) and module.in_features % 32 == 0]
+    try:
+        with torch.no_grad():
+            return reference(torch.tensor([ids])).logits[0].float()
+    finally:
+        for hook in hooks:
+            hook.remove()

@@ -40,14 +40,16 @@ from frame.plugins.families import family_for
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
-from frame.testing.gguf import NoLlamaCppName, as_stored, write_gguf
+from frame.testing.gguf import NoLlamaCppName, as_stored, int8_activation_logits, write_gguf
 from frame.weights import open_weights
 
 #: Sizes of the tiny models; families whose configs spell these differently override :meth:`tiny_config`.
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 97, "max_position_embeddings": 128, "tie_word_embeddings": False}
 BLOCK_SIZE = 4
-#: Largest logit error of a model read packed, as a share of the largest logit (measured worst: see the test).
+#: Largest logit error of a model read packed, as a share of the largest logit, against the float32 logits or those
+#: of 8-bit activations (measured worst: 3.4% off the float32 logits, but for the Gemma 3 six-layer case, 18% off
+#: them and 3e-7 off the 8-bit ones on the CPU platform's kernels).
 PACKED_LOGIT_TOLERANCE = 0.05
 
 
@@ -271,7 +273,8 @@ class ModelFamilySuite:
         the converter's transforms, a tokenizer), in float16 and in q8_0: frame rebuilds the config from the file's
         metadata, picks this family for it, and gives transformers' logits on the values the file holds. Read
         packed (``q8_0-packed``, through the ``gguf`` quantization plugin: matrices and MoE expert stacks stay in
-        their blocks, the platform's kernels multiply), the logits stay within the kernels' rounding of them."""
+        their blocks, the platform's kernels multiply), the logits stay close to transformers' float32 ones or to those
+        of 8-bit activations (a platform's kernels may round x to int8 per block of 32, as llama.cpp's do)."""
         packed = file_type.endswith("-packed")
         file_type = file_type.removesuffix("-packed")
         if packed and "gguf" not in hooks.registry.names("quantization"):
@@ -321,9 +324,13 @@ class ModelFamilySuite:
         if not packed:
             self.assert_close(logits, expected)
             return
-        # The packed kernels may round activations to 8 bits as llama.cpp's do: close, not equal.
-        worst, scale = (logits.cpu() - expected).abs().max().item(), expected.abs().max().item()
-        assert worst <= PACKED_LOGIT_TOLERANCE * scale, f"packed logits off by {worst:.4f} (largest {scale:.4f})"
+        # The packed kernels may round activations to 8 bits as llama.cpp's do: close to the float32 logits, or to
+        # those of the same rounding, which a small model with sharp attention amplifies (Gemma 3: 18%).
+        scale = expected.abs().max().item()
+        worst = (logits.cpu() - expected).abs().max().item()
+        rounded = (logits.cpu() - int8_activation_logits(stored, ids)).abs().max().item()
+        assert min(worst, rounded) <= PACKED_LOGIT_TOLERANCE * scale, (
+            f"packed logits off by {worst:.4f}, {rounded:.4f} from those of 8-bit activations (largest {scale:.4f})")
 
     def test_quantization_config_without_a_loader_is_refused(self, built, hooks) -> None:
         """A quantized checkpoint the family cannot load is one sentence naming the field, never wrong numbers."""
