@@ -122,6 +122,32 @@ def test_a_batch_answers_the_same_at_any_thread_count() -> None:
     assert torch.equal(one, two)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (8, 8, 64), (16, 4, 128)])
+def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the_prompt(heads: int, kv_heads: int,
+                                                                                         dim: int) -> None:
+    # A prefix-cache hit leaves a prompt's last one or two tokens to a step of their own, a decode's token is alone:
+    # those rows take the direct path, a prefill's the tile path. Their sums must be the same floats, or a model
+    # whose activations are rounded to int8 per block (GGUF's packed kernels) answers identical requests
+    # differently (SmolLM2 Q4_1 through frame serve did).
+    tokens, block = 70, 16
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(tokens, n, dim, generator=gen) for n in (heads, kv_heads, kv_heads))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.float32)
+
+    def attend(steps: list[int]) -> torch.Tensor:
+        k_cache, v_cache = torch.zeros(7, block, kv_heads, dim), torch.zeros(7, block, kv_heads, dim)
+        outs, done = [], 0
+        for n in steps:
+            meta = build_metadata([done], [n], [[4, 1, 6, 0, 2]], block)
+            outs.append(backend.forward(q[done:done + n], k[done:done + n], v[done:done + n], k_cache, v_cache, meta))
+            done += n
+        return torch.cat(outs)
+
+    whole = attend([tokens])
+    for steps in ([tokens - 1, 1], [tokens - 2, 2], [32, tokens - 32], [1] * tokens):
+        assert torch.equal(attend(steps), whole), steps
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "dim", "context"), [(9, 3, 64, 300), (8, 2, 128, 1000), (6, 2, 64, 100)])
 def test_a_lone_decode_split_over_threads_answers_bit_for_bit_as_on_one(heads: int, kv_heads: int, dim: int,
                                                                         context: int) -> None:

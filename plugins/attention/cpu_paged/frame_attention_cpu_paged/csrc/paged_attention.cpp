@@ -66,6 +66,46 @@ inline __m512 fold16(__m512 scores, int valid, float& row_max, float& row_sum, f
   return probs;
 }
 
+// A row's score against a key is the same float whichever path computes it, so a token's attention does not depend
+// on how many rows its step brought (a decode, a one-token prefix-cache miss or a prefill tile): with weights
+// whose activations are rounded to int8 per block (GGUF's packed kernels), a last-bit difference flips roundings
+// and, on SmolLM2 Q4_1, changed greedy answers between identical requests. Both paths sum the D products as 16
+// lanes (lane l: products l, l + 16, ..., in that order) and then the lanes pairwise: l with l + 8, then l + 4,
+// l + 2, l + 1. The direct path holds the lanes of one key in a vector (lane_tree_sum); the tile path holds one
+// lane of 16 keys in a vector (lane_tree), one addition more per lane than a plain chain over D.
+inline float lane_tree_sum(__m512 a) {
+  const __m256 b = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+  const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+  const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+// Four rows' (q, [4][D]) lane L of 16 keys (kt, K transposed [D][kChunk]).
+template <int D, int L>
+inline void lane_chain(const float* q, const float* kt, __m512* out) {
+  const __m512 k0 = _mm512_loadu_ps(kt + L * kChunk);
+  for (int b = 0; b < 4; ++b) out[b] = _mm512_mul_ps(_mm512_set1_ps(q[b * D + L]), k0);
+  for (int v = 1; v < D / 16; ++v) {
+    const __m512 k = _mm512_loadu_ps(kt + (16 * v + L) * kChunk);
+    for (int b = 0; b < 4; ++b) out[b] = _mm512_fmadd_ps(_mm512_set1_ps(q[b * D + 16 * v + L]), k, out[b]);
+  }
+}
+
+// The sum of lanes L, L + Step, L + 2 Step, ... (below 16) as lane_tree_sum pairs them: lane_tree<D, 0, 1> is
+// four rows' scores of 16 keys.
+template <int D, int L, int Step>
+inline void lane_tree(const float* q, const float* kt, __m512* out) {
+  __m512 x[4], y[4];
+  if constexpr (Step == 8) {
+    lane_chain<D, L>(q, kt, x);
+    lane_chain<D, L + 8>(q, kt, y);
+  } else {
+    lane_tree<D, L, Step * 2>(q, kt, x);
+    lane_tree<D, L + Step, Step * 2>(q, kt, y);
+  }
+  for (int b = 0; b < 4; ++b) out[b] = _mm512_add_ps(x[b], y[b]);
+}
+
 // acc (one row, D floats) += sum_j probs[j] * V[j] over the chunk's `valid` V rows (float, [kChunk][D]).
 template <int D>
 inline void accumulate_values(const float* probs, int valid, const float* vrows, float* acc) {
@@ -187,7 +227,7 @@ void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0,
       for (int j = 0; j < valid; ++j) {
         __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kt + j * D));
         for (int v = 1; v < D / 16; ++v) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(kt + j * D + 16 * v), a);
-        dots[j] = _mm512_reduce_add_ps(a);
+        dots[j] = lane_tree_sum(a);
       }
       finish_row(r, _mm512_maskz_load_ps(static_cast<__mmask16>((1u << valid) - 1u), dots), valid);
     }
@@ -196,16 +236,8 @@ void simd_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t k0,
   // Rows whose token lies before the chunk see none of its keys (rows are ordered by token).
   const int64_t first_seeing = std::max<int64_t>(0, (k0 - h.first_pos) * h.groups) / 4 * 4;
   for (int64_t rb = first_seeing; rb < h.rows; rb += 4) {
-    const float* q = h.q + rb * D;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int d = 0; d < D; ++d) {
-      const __m512 k = _mm512_loadu_ps(kt + d * kChunk);
-      s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k, s0);
-      s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[D + d]), k, s1);
-      s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[2 * D + d]), k, s2);
-      s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[3 * D + d]), k, s3);
-    }
-    const __m512 scores[4] = {s0, s1, s2, s3};
+    __m512 scores[4];
+    lane_tree<D, 0, 1>(h.q + rb * D, kt, scores);
     for (int b = 0; b < 4 && rb + b < h.rows; ++b) {
       const int valid = valid_keys(rb + b);
       if (valid > 0) finish_row(rb + b, scores[b], valid);
