@@ -62,11 +62,12 @@ def reference(hf_reference, long_prompt) -> list[int]:
 
 @pytest.fixture(scope="module")
 def full_context_server(tmp_path_factory, serve_tools):
-    """`frame serve` at the model's own context, float32, hashchain and cpu_paged (flags after the shared ones win)."""
+    """`frame serve` at the model's own context, float32, dense (transformers is the reference), hashchain and cpu_paged
+    (flags after the shared ones win)."""
     start_serve, stop_serve = serve_tools
     server = start_serve(tmp_path_factory.mktemp("long"), "--max-model-len", str(CONTEXT), "--num-kv-blocks",
                          str(KV_BLOCKS), "--platform-opt", "threads=2", "--cache", "hashchain", "--attn", "cpu_paged",
-                         "--max-num-batched-tokens", str(CHUNK))
+                         "--max-num-batched-tokens", str(CHUNK), "--quantization", "none")
     yield server
     stop_serve(server)
 
@@ -103,7 +104,7 @@ def test_one_token_past_the_context_is_a_400_naming_both_numbers(full_context_se
 
 def test_offline_radix_sdpa_full_context_prompt_equals_transformers(long_prompt, reference) -> None:
     llm = LLM(dtype="float32", cache="radix", attn="sdpa", max_num_batched_tokens=CHUNK, num_kv_blocks=KV_BLOCKS,
-              platform_options={"threads": 2})
+              platform_options={"threads": 2}, quantization="none")
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     first = llm.generate({"prompt_token_ids": long_prompt}, params)[0]
     assert first.outputs[0].token_ids == reference
