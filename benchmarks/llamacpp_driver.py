@@ -172,7 +172,7 @@ def main(path: str) -> int:
     if batched is not None:
         generate_batched(batched, prompts, [2] * len(prompts), llm.n_vocab())
     else:
-        generate(llm, prompts[0], 4)  # warm-up: thread pool, first kernels
+        generate(llm, spec.get("warmup_prompt", prompts[0]), 4)  # warm-up: thread pool, first kernels
     print(f"READY llama_cpp {llama_cpp.__version__}", flush=True)
     for line in sys.stdin:
         command = line.strip()
