@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = ["frame", "vllm"] if args.only is None else [args.only]
 
     vllm_dtype = args.vllm_dtype or args.dtype
-    config = build_config(dtype=args.dtype, max_model_len=args.max_model_len)
+    # vLLM runs the dense export of the GGUF, so frame runs it dense too (a .gguf is packed by default).
+    config = build_config(dtype=args.dtype, quantization="none", max_model_len=args.max_model_len)
     engine = EngineCore(config)
     tokenizer = engine.source.tokenizer
     options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}
