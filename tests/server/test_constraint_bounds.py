@@ -111,7 +111,8 @@ def test_costly_constraints_are_answered_in_time_while_a_plain_request_finishes(
     for thread in threads:
         thread.join(60)
     assert plain.choices[0].text and plain_s < 5.0, plain_s
-    for name, (seconds, answer) in answers.items():
+    for name in _costly():
+        seconds, answer = answers[name]
         assert seconds < 20.0 and answer.startswith("400"), (name, seconds, answer)
     assert "--max-choice-chars" in answers["choice"][1]
     assert "max_schema_depth" in answers["schema"][1]

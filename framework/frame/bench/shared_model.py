@@ -26,7 +26,7 @@ class LoadedModels:
     """Models loaded so far, by sharing key; ``loads`` counts how many were actually loaded."""
 
     def __init__(self) -> None:
-        self.models: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        self.models: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
         self.loads = 0
 
 
@@ -45,9 +45,10 @@ class SharedModelWorker(Worker):
     def load_model(self) -> tuple[CausalLM, AttentionBackend]:
         key = self._key()
         if key not in self._shared.models:
-            self._shared.models[key] = super().load_model()
+            self._shared.models[key] = (*super().load_model(), self.kv_groups)
             self._shared.loads += 1
-        return self._shared.models[key]
+        model, attention, self.kv_groups = self._shared.models[key]  # the groups come with the model's layers
+        return model, attention
 
 
 class SharedModelEngine(EngineCore):

@@ -23,6 +23,8 @@ from frame.plugins.registry import BrokenPlugin
 log = logging.getLogger("frame.plugins")
 #: The fallback's everyday line comes from the engine's plugin selection, as it did before this module.
 selection_log = logging.getLogger("frame.selection")
+#: Fallback warnings already said in this process.
+_warned: set[str] = set()
 
 
 def _named(broken: list[BrokenPlugin]) -> str:
@@ -62,7 +64,10 @@ def family_for(hooks: PluginHooks, architecture: str) -> str:
     for name in [*(f for f in families if f not in fallbacks), *fallbacks]:
         if architecture in hooks.model_architectures(name):
             if name in fallbacks and broken:
-                log.warning(fallback_warning(architecture, name, broken))
+                warning = fallback_warning(architecture, name, broken)
+                if warning not in _warned:  # the engine core and an in-process worker both ask: say it once
+                    _warned.add(warning)
+                    log.warning(warning)
             elif name in fallbacks:
                 selection_log.info("model family '%s' builds %s as the fallback: no native family claims it",
                                    name, architecture)
