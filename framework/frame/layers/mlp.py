@@ -33,17 +33,22 @@ class GatedProjection(ColumnParallelLinear):
         return self.act(super().forward(x))
 
 
+def gated_projection(hidden: int, intermediate: int, act: str, bias: bool, device: torch.device, dtype: torch.dtype,
+                     field: str = "hidden_act") -> SwiGLUProjection | GatedProjection:
+    """The gate-up side of a gated MLP: :class:`SwiGLUProjection` for SiLU (its epilogue platforms fuse), else
+    :class:`GatedProjection` with ``act``."""
+    if act in ("silu", "swish"):
+        return SwiGLUProjection(hidden, intermediate, bias, device, dtype)
+    return GatedProjection(hidden, intermediate, act, bias, device, dtype, field)
+
+
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))``: Llama's SwiGLU, Gemma's GeGLU; gate and up in one matmul."""
 
     def __init__(self, hidden: int, intermediate: int, act: str, bias: bool, device: torch.device,
                  dtype: torch.dtype, field: str = "hidden_act") -> None:
         super().__init__()
-        if act in ("silu", "swish"):
-            self.gate_up: SwiGLUProjection | GatedProjection = SwiGLUProjection(hidden, intermediate, bias, device,
-                                                                                dtype)
-        else:
-            self.gate_up = GatedProjection(hidden, intermediate, act, bias, device, dtype, field)
+        self.gate_up = gated_projection(hidden, intermediate, act, bias, device, dtype, field)
         self.down_proj = RowParallelLinear(intermediate, hidden, bias, device, dtype,
                                            input_range=self.gate_up.output_range)
 

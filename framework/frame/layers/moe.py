@@ -22,8 +22,7 @@ from torch import nn
 from frame.interfaces.quantization import PackedWeight
 from frame.layers.activation import activation
 from frame.layers.basic import KernelLayer, Linear, copy_checked, empty_parameter
-from frame.layers.mlp import GatedMLP, GatedProjection
-from frame.layers.parallel import SwiGLUProjection
+from frame.layers.mlp import GatedMLP, gated_projection
 from frame.parallel import parallel_context
 
 log = logging.getLogger("frame.layers")
@@ -154,11 +153,7 @@ class PackedExpert(nn.Module):
     def __init__(self, hidden: int, intermediate: int, act: str, device: torch.device, dtype: torch.dtype,
                  field: str) -> None:
         super().__init__()
-        if act in ("silu", "swish"):
-            self.gate_up: SwiGLUProjection | GatedProjection = SwiGLUProjection(hidden, intermediate, False, device,
-                                                                                dtype)
-        else:
-            self.gate_up = GatedProjection(hidden, intermediate, act, False, device, dtype, field)
+        self.gate_up = gated_projection(hidden, intermediate, act, False, device, dtype, field)
         self.start, size = self.gate_up.output_range
         self.full_intermediate = intermediate
         self.down = Linear(size, hidden, False, device, dtype)

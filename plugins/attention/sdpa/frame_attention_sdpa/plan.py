@@ -32,7 +32,8 @@ class DecodeGroup:
     num_blocks: int
     mask: torch.Tensor
     lens: torch.Tensor
-    _biases: dict[tuple[torch.dtype | str, int | None], torch.Tensor] = field(default_factory=dict)
+    _biases: dict[tuple[torch.dtype, int | None], torch.Tensor] = field(default_factory=dict)
+    _hidden: dict[int | None, torch.Tensor] = field(default_factory=dict)
 
     def bias(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
         """``0`` where a slot is visible, ``-inf`` elsewhere, in ``dtype``; built once per step, dtype and window."""
@@ -45,13 +46,13 @@ class DecodeGroup:
     def hidden(self, window: int | None = None) -> torch.Tensor:
         """``[B, 1, N * block_size]``: True where the decoded token does not see a slot (padding, or outside
         ``window``); built once per step and window."""
-        hidden = self._biases.get(("hidden", window))
+        hidden = self._hidden.get(window)
         if hidden is None:
             visible = self.mask
             if window is not None:  # the decoded token sits at position len - 1 and sees (len - 1 - window, len - 1]
                 positions = torch.arange(self.mask.shape[-1], device=self.mask.device)
                 visible = visible & (positions >= self.lens - window)
-            hidden = self._biases[("hidden", window)] = ~visible
+            hidden = self._hidden[window] = ~visible
         return hidden
 
     def clear_padding(self, gathered: torch.Tensor) -> torch.Tensor:
