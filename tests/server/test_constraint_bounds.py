@@ -101,6 +101,8 @@ def test_costly_constraints_are_answered_in_time_while_a_plain_request_finishes(
     send("warm", {"choice": ["yes", "no"]})  # the constraint worker starts on the first constraint
     workers = _constraint_workers(server)
     assert answers["warm"][1] == "200" and len(workers) == 1, (answers, workers)
+    nice = int(Path(f"/proc/{next(iter(workers))}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    assert nice == 10, nice  # a costly compile yields the cores to the engine
     threads = [threading.Thread(target=send, args=item) for item in _costly().items()]
     for thread in threads:
         thread.start()
@@ -113,7 +115,10 @@ def test_costly_constraints_are_answered_in_time_while_a_plain_request_finishes(
     assert plain.choices[0].text and plain_s < 5.0, plain_s
     for name in _costly():
         seconds, answer = answers[name]
-        assert seconds < 20.0 and answer.startswith("400"), (name, seconds, answer)
+        # The slow choice's limit is its worker's CPU time (the worker runs at nice 10, so a loaded host slows it by
+        # the clock), and the clock stops it at twice the limit.
+        bound = 2 * COMPILE_TIMEOUT_S + 5.0 if name == "slow-choice" else 20.0
+        assert seconds < bound and answer.startswith("400"), (name, seconds, answer)
     assert "--max-choice-chars" in answers["choice"][1]
     assert "max_schema_depth" in answers["schema"][1]
     assert "2147483647" in answers["regex"][1]

@@ -1,9 +1,10 @@
 """The constraint worker: ``python -m frame.server.constraint_worker`` compiles constraints for the API server.
 
 A constraint can take seconds or minutes to compile (a long choice string, a deep schema), and a thread compiling
-one cannot be stopped. So the API server checks constraints here, in a child process it kills when a compile passes
-``--grammar-compile-timeout`` (:class:`~frame.server.constraints.ConstraintChecker`), and starts another. The worker
-builds the same grammar backend as the engine (from :class:`~frame.engine.wire.constraint.CheckInit`), compiles each
+one cannot be stopped. So the API server checks constraints here, in a child process at a lower priority (nice 10)
+that it kills when a compile passes ``--grammar-compile-timeout`` of CPU time
+(:class:`~frame.server.constraints.ConstraintChecker`), and starts another. The worker builds the same grammar backend
+as the engine (from :class:`~frame.engine.wire.constraint.CheckInit`), compiles each
 :class:`~frame.engine.wire.constraint.Check` and keeps nothing: the answer says only whether it compiled, so no
 compiled grammar (tens of megabytes for a 20,000-branch regex) crosses a process, and the API process itself never
 loads the backend (xgrammar imports torch).
@@ -14,6 +15,7 @@ Frames of the one codec on stdin and stdout (no pickle); anything a library prin
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         backend = build_backend(init)
         return Ready(), lambda job: check(backend, job) if isinstance(job, Check) else None
 
+    # A costly compile yields the cores to the engine and the API server: at the same priority it stalled every
+    # decode step (the engine's threads wait for each other), and valid requests' p99 rose 13x during a soak.
+    # The time limit counts this process's CPU seconds, so a compile slowed by a busy engine is not refused for it.
+    os.nice(10)
     return serve_piped("frame-constraint-worker", argv, ToConstraintWorker, start)
 
 

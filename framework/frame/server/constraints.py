@@ -3,10 +3,11 @@
 The server compiles every constraint with the engine's grammar backend (``--grammar-backend``) before admitting the
 request, so a schema, regex or grammar the backend cannot compile is a 400 naming the field, streaming or not, and
 never reaches the engine. Compilation runs in a worker process of its own (:mod:`frame.server.constraint_worker`,
-started at the first constraint) under a time limit (``--grammar-compile-timeout``): a constraint that does not
-compile in time is a 400 naming the limit, its worker is killed (a thread could not be stopped) and a fresh one
-starts, and the same constraint sent again is refused at once. The size bounds (``--max-choice-chars`` here, the
-backend's repetition and depth bounds) refuse the costliest constraints before any compile.
+started at the first constraint, at a lower priority than the engine) under a time limit: ``--grammar-compile-timeout``
+seconds of the worker's CPU time, and twice that by the clock. A constraint that does not compile in time is a 400
+naming the limit, its worker is killed (a thread could not be stopped) and a fresh one starts, and the same constraint
+sent again is refused at once. The size bounds (``--max-choice-chars`` here, the backend's repetition and depth
+bounds) refuse the costliest constraints before any compile.
 
 The server keeps no compiled grammar: it remembers only the SHA-256 digests of the constraints that compiled (and
 of those too slow to), so a schema a client sends again costs a dictionary lookup; the engine compiles and caches
@@ -20,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +39,10 @@ log = logging.getLogger("frame.server")
 
 #: Digests of constraints remembered as compiled (or as too slow): 32 bytes each.
 CACHE_SIZE = 4096
+#: A compile is stopped at this multiple of ``--grammar-compile-timeout`` by the clock, whatever CPU time it used.
+CLOCK_FACTOR = 2.0
+#: Seconds between reads of the compiling worker's CPU time.
+CPU_POLL_S = 0.1
 #: Seconds the constraint worker has to start (import the backend, load the tokenizer, build its tables).
 START_TIMEOUT_S = 120.0
 
@@ -73,6 +79,7 @@ class ConstraintChecker:
         self.counter = counter  # frame_grammar_compilations, by outcome
         self.seconds = seconds  # frame_grammar_compile_seconds (a histogram)
         self.timeout_s, self.max_choice_chars = timeout_s, max_choice_chars
+        self.clock_limit_s = CLOCK_FACTOR * timeout_s
         self._worker: asyncio.Task[PipedWorker] | None = None
         self._reaping: set[asyncio.Future[None]] = set()
         self._good: OrderedDict[bytes, None] = OrderedDict()
@@ -157,7 +164,7 @@ class ConstraintChecker:
         Compilations run one at a time (each is CPU work of up to seconds); a request waits its turn, and when its
         turn comes and ``disconnected()`` says its client has left, it is dropped uncompiled
         (ClientDisconnectedError) and never reaches the engine, which would compile it too. A compile that passes
-        ``timeout_s`` is a 400 naming the limit and its flag, and its worker is killed."""
+        ``timeout_s`` of CPU time is a 400 naming the limit and its flag, and its worker is killed."""
         key = hashlib.sha256(spec.key().encode()).digest()
         if key in self._slow:
             self._slow.move_to_end(key)
@@ -182,7 +189,7 @@ class ConstraintChecker:
     async def _compile(self, spec: StructuredOutputs, field: str, key: bytes) -> None:
         worker = await self._ready_worker()
         try:
-            reply = await asyncio.wait_for(worker.call(Check(spec)), self.timeout_s)
+            reply = await self._answer_within_limit(worker, Check(spec))
         except asyncio.TimeoutError:
             self._observe(self.timeout_s)
             self._count("timed_out")
@@ -210,7 +217,26 @@ class ConstraintChecker:
         reason = reply.message.split(" ", 1)[1] if " " in reply.message else reply.message
         raise InvalidSamplingError(f"{field} {reason}", param=field)
 
+    async def _answer_within_limit(self, worker: PipedWorker, check: Check) -> Any:
+        """The worker's answer to ``check``; asyncio.TimeoutError once the compile has used ``timeout_s`` of the
+        worker's CPU time, or ``clock_limit_s`` by the clock (the worker runs at a lower priority than the
+        engine, so on a busy server a compile is slower by the clock, and is judged by what it costs)."""
+        answer = asyncio.ensure_future(worker.call(check))
+        started, cpu_before = time.monotonic(), worker.cpu_seconds()
+        try:
+            while True:
+                done, _ = await asyncio.wait({answer}, timeout=CPU_POLL_S)
+                if done:
+                    return answer.result()
+                clock = time.monotonic() - started
+                cpu_now = worker.cpu_seconds()
+                used = clock if cpu_before is None or cpu_now is None else cpu_now - cpu_before
+                if used > self.timeout_s or clock > self.clock_limit_s:
+                    raise asyncio.TimeoutError
+        finally:
+            answer.cancel()
+
     def _too_slow(self, field: str) -> ServerError:
-        return ServerError(f"{field} did not compile within this server's limit of {self.timeout_s:g} s "
+        return ServerError(f"{field} did not compile within this server's limit of {self.timeout_s:g} s of CPU time "
                            "(--grammar-compile-timeout); send a simpler constraint.", status=400,
                            code="grammar_compile_timeout", param=field)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any
 
 import msgspec
@@ -50,6 +51,15 @@ class PipedWorker:
         await self.proc.stdin.drain()
         (size,) = FRAME_HEADER.unpack(await self.proc.stdout.readexactly(FRAME_HEADER.size))
         return decode(await self.proc.stdout.readexactly(size), self.replies)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds (user and system) the worker has run so far, or None where ``/proc`` cannot say."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
 
     async def kill(self) -> None:
         if self.proc.returncode is None:
