@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from frame import native
+from frame.errors import ConfigError
 
 SOURCE = '''
 #include <ATen/core/Tensor.h>
@@ -73,13 +74,18 @@ def test_disabling_cpu_flags_stands_in_for_a_lesser_cpu(tmp_path: Path, monkeypa
 
 def test_an_unknown_flag_to_disable_is_refused_in_one_sentence(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(native.DISABLE_ENV, "avx512_bf16,sse2")
-    with pytest.raises(ValueError, match=r"^FRAME_CPU_DISABLE names sse2, which frame cannot build without; use "
-                                         r"some of: amx_bf16, .*avx512f"):
+    monkeypatch.setenv(native.DISABLE_ENV, "avx512_bf16,sse2, amx")
+    refusal = ("FRAME_CPU_DISABLE names amx, sse2, which are not CPU flags frame can build without; name some of "
+               "amx_bf16, amx_int8, amx_tile, avx2, avx512_bf16, avx512_fp16, avx512_vnni, avx512bw, avx512f, fma "
+               "(comma-separated), or unset it.")
+    with pytest.raises(ConfigError) as raised:
         native.cpu_flags()
+    assert str(raised.value) == refusal
+    # A kernel's availability check raises it too, rather than reporting a machine without kernels.
     source = tmp_path / "op.cpp"
     source.write_text(SOURCE)
-    assert native.unavailable_reason("op", [source], []).startswith("FRAME_CPU_DISABLE names sse2")
+    with pytest.raises(ConfigError, match=r"^FRAME_CPU_DISABLE names amx, sse2"):
+        native.unavailable_reason("op", [source], [])
 
 
 @pytest.mark.skipif(native.missing_tools() is not None or "avx2" not in native.cpu_flags(),

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from frame.errors import ConfigError
 from frame.paths import cache_root
 
 _lock = threading.Lock()
@@ -66,13 +67,15 @@ def missing_tools() -> str | None:
 def disabled_cpu_flags() -> frozenset[str]:
     """The CPU flags ``FRAME_CPU_DISABLE`` names, with those that depend on them; empty when it is unset.
 
-    Raises ValueError, naming the flags it knows, for a flag it cannot build without.
+    Raises ConfigError, naming the flags it knows, for any other name: ignoring it would leave the kernels built
+    for a CPU class nobody asked for (``amx`` for ``amx_tile`` once turned every native kernel off unseen).
     """
     named = {f.strip() for f in os.environ.get(DISABLE_ENV, "").split(",") if f.strip()}
     unknown = sorted(named - _WITHOUT.keys())
     if unknown:
-        raise ValueError(f"{DISABLE_ENV} names {', '.join(unknown)}, which frame cannot build without; "
-                         f"use some of: {', '.join(sorted(_WITHOUT))}")
+        what = "which is not a CPU flag" if len(unknown) == 1 else "which are not CPU flags"
+        raise ConfigError(f"{DISABLE_ENV} names {', '.join(unknown)}, {what} frame can build without; name some "
+                          f"of {', '.join(sorted(_WITHOUT))} (comma-separated), or unset it.", param=DISABLE_ENV)
     disabled: set[str] = set()
     pending = list(named)
     while pending:
@@ -112,11 +115,12 @@ def is_built(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> bool:
 
 
 def unavailable_reason(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> str | None:
-    """None when the library is built or can be; otherwise why not (for a plugin's availability check)."""
-    try:
-        return None if is_built(name, sources, cflags) else missing_tools()
-    except ValueError as error:  # FRAME_CPU_DISABLE names a flag no build can leave out
-        return str(error)
+    """None when the library is built or can be; otherwise why not (for a plugin's availability check).
+
+    A ``FRAME_CPU_DISABLE`` naming an unknown flag raises its ConfigError rather than becoming a reason: a
+    misspelt flag is the user's to fix, not a machine without kernels.
+    """
+    return None if is_built(name, sources, cflags) else missing_tools()
 
 
 def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> None:

@@ -93,17 +93,23 @@ def collect(registry: PluginRegistry | None = None) -> list[PluginStatus]:
 
     hooks = PluginHooks(registry or PluginRegistry())
     register_builtin(hooks.registry)  # the core's own workloads are a plugin too, listed as in-process
-    platform = None
+    platform: Platform | None = None
+    name: str | None = None
+    refused: dict[str, str] = {}  # a platform that was chosen but would not start: why
     try:
         name = select_platform(hooks, "auto")
         platform = hooks.create_platform(name, None)
         platform.name = name
-    except FrameUsageError:
-        pass
+    except FrameUsageError as err:  # the platform's row says why it would not start (FRAME_CPU_DISABLE=amx)
+        if name is not None:
+            refused[name] = str(err)
     rows = []
     for kind in KINDS:  # in the kinds table's order
         for info in hooks.registry.installed(kind):
-            ok, why = _runs_here(hooks, kind, info.name, platform)
+            if kind == "platform" and info.name in refused:
+                ok, why = False, refused[info.name]
+            else:
+                ok, why = _runs_here(hooks, kind, info.name, platform)
             version = info.version or "-"
             if info.source is not None:
                 version += " (source tree)"

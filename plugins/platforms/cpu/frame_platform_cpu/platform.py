@@ -41,6 +41,9 @@ class CpuPlatform(Platform):
     name = "cpu"
 
     def __init__(self, options: CpuOptions | None = None) -> None:
+        """Raises ConfigError when ``FRAME_CPU_DISABLE`` names a flag frame does not know (``amx`` for
+        ``amx_tile``): read here, at the start, rather than first deep inside a probe or a kernel's build."""
+        native.disabled_cpu_flags()
         self.options = options or CpuOptions()
         self._ranks_sharing = 1
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+from frame import native
+from frame.cli.plugins_cmd import collect
 from frame.errors import ConfigError
 from frame.testing.platform import PlatformSuite
 from frame_platform_cpu import probe
@@ -72,3 +78,28 @@ def test_prefers_sdpa_and_needs_some_backend() -> None:
     assert CpuPlatform().preferred_attention(["triton"]) == "triton"
     with pytest.raises(ConfigError, match="frame-attention-sdpa"):
         CpuPlatform().preferred_attention([])
+
+
+_MISSPELT_DISABLE = ("FRAME_CPU_DISABLE names amx, which is not a CPU flag frame can build without; name some of "
+                     "amx_bf16, amx_int8, amx_tile, avx2, avx512_bf16, avx512_fp16, avx512_vnni, avx512bw, avx512f, "
+                     "fma (comma-separated), or unset it.")
+
+
+def test_a_misspelt_flag_to_disable_stops_the_platform_in_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `amx` for `amx_tile` used to leave the kernels' availability check saying "unavailable", so every native
+    # kernel was quietly off and the run measured torch's code instead.
+    monkeypatch.setenv(native.DISABLE_ENV, "amx")
+    with pytest.raises(ConfigError) as raised:
+        CpuPlatform()
+    assert str(raised.value) == _MISSPELT_DISABLE
+    cpu = next(r for r in collect() if r.kind == "platform" and r.name == "cpu")
+    assert (cpu.runs_here, cpu.why) == (False, _MISSPELT_DISABLE)
+    monkeypatch.setenv(native.DISABLE_ENV, "amx_tile")  # the flag meant: the platform starts
+    assert CpuPlatform().threads >= 1
+
+
+def test_serve_with_a_misspelt_flag_to_disable_is_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "frame.cli.main", "serve", "--port", "0"], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, native.DISABLE_ENV: "amx"})
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.strip().splitlines() == [f"error: {_MISSPELT_DISABLE}"]
