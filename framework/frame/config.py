@@ -258,7 +258,8 @@ def resolve_plugin_options(
     """Validate a plugin's option values against its options model.
 
     Keys the model does not declare are refused whatever the model's own ``extra`` setting, so a misspelled
-    option never passes silently.
+    option never passes silently. An old key the model names in its ``replaced_keys`` class attribute (old key
+    to what replaced it) is refused with a pointer to its replacement instead of the list of valid keys.
     """
     if options_model is None:
         if values:
@@ -268,6 +269,11 @@ def resolve_plugin_options(
             )
         return None
     unknown = [key for key in values if key not in _accepted_keys(options_model)]
+    replaced: dict[str, str] = getattr(options_model, "replaced_keys", {})
+    for key in unknown:
+        if key in replaced:
+            raise ConfigError(f"The {kind} '{name}' option '{key}' was replaced by {replaced[key]}; set that "
+                              f"instead and drop '{key}'.", param=key)
     if unknown:
         raise unknown_key_error(unknown[0], options_model, where=f"{kind} '{name}' option")
     try:

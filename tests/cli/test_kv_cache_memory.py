@@ -67,3 +67,17 @@ def test_the_cpu_default_is_a_share_of_the_memory_available() -> None:
     # Available memory moves with the other processes on the machine: compare with a fresh reading, loosely.
     assert 0 < budget <= KV_SHARE_OF_AVAILABLE * probe.total_memory_bytes()
     assert budget == pytest.approx(KV_SHARE_OF_AVAILABLE * probe.available_memory_bytes(), rel=0.2)
+
+
+@pytest.mark.parametrize("where", ["flag", "config"])
+def test_the_old_cpu_option_kv_cache_gib_points_to_the_flag(where: str, tmp_path, capsys) -> None:
+    if where == "flag":
+        given = ["--platform-opt", "kv_cache_gib=4"]
+    else:
+        config = tmp_path / "engine.yaml"
+        config.write_text("platform: cpu\nplatform_options: {kv_cache_gib: 4}\n")
+        given = ["--config", str(config)]
+    assert main([*ARGS, *given]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: The platform 'cpu' option 'kv_cache_gib' was replaced by --kv-cache-memory (config key "
+        "kv_cache_memory, a byte size such as 4GiB); set that instead and drop 'kv_cache_gib'."]

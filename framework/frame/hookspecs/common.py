@@ -21,6 +21,8 @@ def frame_plugin_options() -> type[BaseModel] | None:
     docs/plugins.md lists them. Workload plugins take no options model: each workload's own parameters are its
     options, ``params`` (``--workload-opt``, a ``frame bench`` setting) of its entry in an experiment file. A key
     the model does not declare is a config error naming the valid ones, whatever the model's own ``extra``
-    setting. The validated instance is passed to the plugin's ``create`` hook as
+    setting; a model may name keys it used to take in a ``replaced_keys: ClassVar[dict[str, str]]`` (old key to
+    what replaced it, e.g. ``"--kv-cache-memory (a byte size such as 4GiB)"``), and such a key's error names the
+    replacement instead. The validated instance is passed to the plugin's ``create`` hook as
     ``options``. Since API 1.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from frame import native
@@ -27,6 +27,9 @@ class CpuOptions(BaseModel):
     """Options of the ``cpu`` platform (``--platform-opt threads=4``)."""
 
     model_config = ConfigDict(extra="forbid")
+    #: Options this platform took once, and what replaced them (the core's refusal of the old key says so).
+    replaced_keys: ClassVar[dict[str, str]] = {
+        "kv_cache_gib": "--kv-cache-memory (config key kv_cache_memory, a byte size such as 4GiB)"}
 
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: every usable core")
     native_kernels: bool = Field(
