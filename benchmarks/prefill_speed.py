@@ -7,9 +7,10 @@ One EngineCore in this process (the bundled SmolLM2-135M unless --model; config 
 prefills one new prompt of each length (long_prefill.py's text, headed by the round and length) with
 ``max_tokens`` 1, so the time to the first token is the prefill (the prefix cache is reset before each), while the
 attention backend's ``forward`` calls are timed (every live backend class is wrapped), so attention's share is its
-wall time over the prefill's. Prints each length's median tokens/s and share over the rounds; ``--json`` writes
-them with ``rounds.frame`` (tokens/s of the longest length per round), the value ``compare_checkouts.py`` compares
-between two checkouts.
+wall time over the prefill's. Prints each length's median tokens/s and share over the rounds, and the process's CPU
+seconds per prefill (every thread's: on a host shared with other work the wall time stretches with the neighbours'
+load, the CPU time far less, so compare checkouts by it there); ``--json`` writes them with ``rounds.frame``
+(tokens/s of the longest length per round), the value ``compare_checkouts.py`` compares between two checkouts.
 """
 
 from __future__ import annotations
@@ -52,16 +53,16 @@ class AttentionClock:
         return wrapper
 
 
-def prefill(engine: EngineCore, ids: list[int], clock: AttentionClock) -> tuple[float, float]:
-    """Seconds to the first token of one request, and attention's seconds within them."""
+def prefill(engine: EngineCore, ids: list[int], clock: AttentionClock) -> tuple[float, float, float]:
+    """Seconds to the first token of one request, attention's seconds within them, and the process's CPU seconds."""
     engine.cache.reset()
     before = clock.seconds
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     engine.add_request(EngineRequest(request_id=f"prefill-{start}", prompt_token_ids=ids, params=greedy(1),
                                      arrival_time=time.monotonic()))
     while engine.has_unfinished():
         engine.step()
-    return time.perf_counter() - start, clock.seconds - before
+    return time.perf_counter() - start, clock.seconds - before, time.process_time() - cpu
 
 
 def main() -> None:
@@ -84,17 +85,20 @@ def main() -> None:
     prefill(engine, long_prompt(tokenizer, 64, -1), clock)
     rates: dict[int, list[float]] = {n: [] for n in lengths}
     shares: dict[int, list[float]] = {n: [] for n in lengths}
+    cpu: dict[int, list[float]] = {n: [] for n in lengths}
     for r in range(args.rounds):
         for n in lengths:
-            seconds, attention = prefill(engine, long_prompt(tokenizer, n, r * 100_000 + n), clock)
+            seconds, attention, cpu_seconds = prefill(engine, long_prompt(tokenizer, n, r * 100_000 + n), clock)
             rates[n].append(n / seconds)
             shares[n].append(attention / seconds)
+            cpu[n].append(cpu_seconds)
     print(f"{engine.selection.dtype}, attention {engine.selection.attn}, {args.rounds} rounds")
     report = {"lengths": {}, "rounds": {"frame": rates[max(lengths)]}}
     for n in lengths:
         rate, share = statistics.median(rates[n]), statistics.median(shares[n])
-        report["lengths"][n] = {"tokens_per_s": rates[n], "attention_share": shares[n]}
-        print(f"{n:6d} tokens: {rate:8.1f} tok/s (TTFT {n / rate:6.2f} s), attention {share:.0%}")
+        report["lengths"][n] = {"tokens_per_s": rates[n], "attention_share": shares[n], "cpu_seconds": cpu[n]}
+        print(f"{n:6d} tokens: {rate:8.1f} tok/s (TTFT {n / rate:6.2f} s), attention {share:.0%}, "
+              f"process CPU {statistics.median(cpu[n]):6.2f} s")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 
