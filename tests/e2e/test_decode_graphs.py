@@ -1,11 +1,11 @@
 """Recorded decode steps: fixed buffers, bucket padding and the scratch block give the eager step's tokens.
 
-This machine has no GPU, so the platform's recorder is a TEST DOUBLE (``ReplayByRerun``): "recording" runs the
-step function once and "replaying" calls it again, reading the runner's fixed buffers exactly as a CUDA graph
-replay would. That checks everything but CUDA itself: which steps replay, the bucket padding, that padding rows
-touch only the scratch block, and that the tokens equal the eager ones. The real recorder
-(``frame_platform_cuda``, torch.cuda.CUDAGraph) is checked by a gpu-marked test in that plugin and by
-scripts/gpu_check.sh.
+The cpu platform records for real (``frame_platform_cpu.graphs``: the step's op calls, replayed by TorchScript):
+the last test checks its tokens, float32 and bfloat16, against the eager step's. The first checks the runner's side
+alone with a TEST DOUBLE recorder (``ReplayByRerun``): "recording" runs the step function once and "replaying"
+calls it again, reading the runner's fixed buffers exactly as a CUDA graph replay would: which steps replay, the
+bucket padding, that padding rows touch only the scratch block. The CUDA recorder (``frame_platform_cuda``,
+torch.cuda.CUDAGraph) is checked by a gpu-marked test in that plugin and by scripts/gpu_check.sh.
 """
 
 from __future__ import annotations
@@ -57,3 +57,16 @@ def test_replayed_decode_steps_give_the_eager_tokens(monkeypatch: pytest.MonkeyP
     assert greedy(llm, prompts, 12) == eager
     assert recorder.replayed >= 10  # the pure decode steps replayed; prefill steps ran eagerly
     assert greedy(llm, prompts[:3], 5) == [tokens[:5] for tokens in eager[:3]]  # bucket 4, three real rows
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_cpu_platforms_recorded_steps_give_the_eager_tokens(dtype: str, chat_prompts) -> None:
+    prompts = [p[: 20 + 7 * i] for i, p in enumerate(chat_prompts[:5])]  # 5 requests: bucket 8, 3 padding rows
+    args = dict(dtype=dtype, attn="cpu_paged", max_model_len=256, max_num_seqs=8, quantization="none")
+    eager = greedy(LLM(**args, cuda_graphs=False), prompts, 10)
+    llm = LLM(**args)
+    replays = llm.engine.executor.worker.runner.graphs.replays
+    assert greedy(llm, prompts, 10) == eager
+    assert greedy(llm, prompts[:1], 6) == [eager[0][:6]]
+    # Both buckets recorded a step of a few hundred op calls (never fell back to running eagerly).
+    assert replays[8].calls > 300 and replays[1].calls > 300 and replays[2].calls is None

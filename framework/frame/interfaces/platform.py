@@ -60,9 +60,10 @@ class Platform(ABC):
 
     def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
         """Record one decode step: run ``fn`` under capture and return a function that replays it (returning the
-        same output tensor each time), or None when this platform records no graphs (the default). ``fn`` reads
-        fixed buffers the runner refills before each replay. Called once per batch-size bucket, largest first,
-        after the KV pool is allocated. Since API 2."""
+        step's output: the same tensor each time where the recording owns its memory, as a CUDA graph does), or None
+        when this platform records no graphs (the default). ``fn`` reads fixed buffers the runner refills before
+        each replay. Called once per batch-size bucket, largest first, after the KV pool is allocated; a platform
+        may record lazily, on the replay's first call (the cpu platform does). Since API 2."""
         return None
 
     @property

@@ -14,6 +14,7 @@ from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndM
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import kernels, probe, quantized, rewrites, w8a8
+from frame_platform_cpu.graphs import RecordedStep
 
 _GIB = 1 << 30
 #: The share of the memory available at start that the KV pool takes unless ``--kv-cache-memory`` sizes it: like
@@ -35,6 +36,10 @@ class CpuOptions(BaseModel):
     native_kernels: bool = Field(
         True, description="use the platform's kernels for bfloat16 layers (linears on packed weights, fused norm, "
                     "activation and rotary)"
+    )
+    decode_graphs: bool = Field(
+        True, description="record each decode batch size's step once and replay it through TorchScript, without "
+                    "Python per layer (also off with --enforce-eager / --no-cuda-graphs)"
     )
 
 
@@ -193,6 +198,11 @@ class CpuPlatform(Platform):
         if isinstance(layer, Linear):
             return kernels.float32_linear(layer.weight, layer.bias)
         return None
+
+    def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
+        """A recording of the decode step ``fn`` replayed by TorchScript's interpreter (``graphs.py``), made on
+        the replay's first call; None with ``decode_graphs=false``."""
+        return RecordedStep(fn) if self.options.decode_graphs else None
 
     def set_up(self) -> None:
         """Set torch's intra-op thread count."""

@@ -1,0 +1,133 @@
+"""Record one run of a step as the flat list of operator calls that reached torch's dispatcher.
+
+The step is whatever the model family declares in Python (its layers, their kernels, the attention backend); the
+recording holds what that Python did once: every top-level aten or custom op (``torch.ops.frame_cpu.*``), its
+arguments and which earlier call produced each tensor argument. Tensors the step did not make (weights, packed
+panels, the KV pool, the runner's fixed input buffers) are kept by reference, so a replay reads their contents at
+replay time, as a CUDA graph reads its static buffers. Python's own decisions (shapes, which kernel applies, loop
+bounds) are taken once, which is right exactly when they depend on nothing but the batch shape: what the graph
+seam already asks of a step it records. A step that reads a value back to Python (``.item()``), makes a tensor
+whose shape depends on data, or passes something that cannot be written down (a process group) cannot be
+recorded: :class:`NotRecordable` says which op, and the step then runs eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: Ops whose result is data-dependent on the host side: a step that calls them cannot be replayed.
+HOST_READS = frozenset({
+    "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal", "aten::nonzero",
+    "aten::masked_select", "aten::unique", "aten::_unique2", "aten::unique_consecutive", "aten::sym_size",
+    "aten::sym_numel", "aten::sym_stride", "aten::sym_storage_offset",
+})
+
+
+class NotRecordable(RuntimeError):
+    """The step did something a recording cannot repeat; the message names the op."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A tensor the recorded step made: the ``index``-th one."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class External:
+    """A tensor from outside the step (weight, cache, input buffer), the ``index``-th the step read."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Call:
+    """One op call: ``op`` (an ``OpOverload``), its arguments with tensors replaced by :class:`Slot` or
+    :class:`External`, and what it returned in the same form (new slots for new tensors)."""
+
+    op: Any
+    args: tuple
+    kwargs: dict[str, Any]
+    result: Any
+
+
+@dataclass
+class Recording:
+    """The calls of one step, the external tensors it read (held, so their storage outlives the recording), and
+    its output (a :class:`Slot` or :class:`External`)."""
+
+    calls: list[Call] = field(default_factory=list)
+    externals: list[torch.Tensor] = field(default_factory=list)
+    output: Slot | External | None = None
+
+
+class _Recorder(TorchDispatchMode):
+    """Runs each op as usual and appends it to ``recording``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recording = Recording()
+        self._slots: dict[int, Slot] = {}
+        self._externals: dict[int, External] = {}
+        self._alive: list[torch.Tensor] = []  # keeps ids unique while recording
+
+    def ref(self, tensor: torch.Tensor) -> Slot | External:
+        key = id(tensor)
+        if key in self._slots:
+            return self._slots[key]
+        if key not in self._externals:
+            self._externals[key] = External(len(self.recording.externals))
+            self.recording.externals.append(tensor)
+        return self._externals[key]
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self.ref(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._arg(v) for v in value)
+        if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                               torch.memory_format)):
+            return value
+        raise NotRecordable(f"an argument of type {type(value).__name__}")
+
+    def _result(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if id(value) in self._slots or id(value) in self._externals:  # an in-place op returns its input
+                return self.ref(value)
+            slot = Slot(len(self._slots))
+            self._slots[id(value)] = slot
+            self._alive.append(value)
+            return slot
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._result(v) for v in value)
+        if value is None:
+            return None
+        raise NotRecordable(f"a result of type {type(value).__name__}")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        if name in HOST_READS:
+            raise NotRecordable(f"{name} reads a value back to the host")
+        rec_args, rec_kwargs = self._arg(args), {k: self._arg(v) for k, v in kwargs.items()}
+        out = func(*args, **kwargs)
+        self.recording.calls.append(Call(func, rec_args, rec_kwargs, self._result(out)))
+        return out
+
+
+def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:
+    """Run ``fn`` once, recording it; returns the recording and ``fn``'s output of this run.
+    Raises :class:`NotRecordable` where the step cannot be repeated from its recording."""
+    recorder = _Recorder()
+    with recorder:
+        out = fn()
+    if not isinstance(out, torch.Tensor):
+        raise NotRecordable(f"the step returned {type(out).__name__}, not a tensor")
+    recorder.recording.output = recorder.ref(out)
+    return recorder.recording, out

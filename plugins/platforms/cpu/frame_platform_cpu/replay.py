@@ -1,0 +1,130 @@
+"""Turn a :class:`~frame_platform_cpu.record.Recording` into a TorchScript function and replay it.
+
+The function takes the recording's external tensors as one list argument and calls the recorded ops in order,
+``torch.ops.<namespace>.<op>(...)`` with the recorded constants; TorchScript's interpreter then runs a decode step
+as a loop in C++ over a few hundred op calls, with no Python module code, no kernel-selection branches and no
+Python-level dispatch per layer. The externals are arguments, never constants, so nothing about their contents is
+folded in: each replay reads the weights, the KV pool and the refilled input buffers as they are then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot
+
+_SIMPLE = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class _Writer:
+    """Writes one function's body, a line per op call (and a typed local per list argument)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._locals = 0
+
+    def local(self, annotation: str, value: str) -> str:
+        name = f"a{self._locals}"
+        self._locals += 1
+        self.lines.append(f"    {name}: {annotation} = {value}")
+        return name
+
+    def value(self, value: Any, schema_type: str) -> str:
+        if isinstance(value, Slot):
+            return f"t{value.index}"
+        if isinstance(value, External):
+            return f"e{value.index}"
+        if isinstance(value, (list, tuple)):
+            return self.local(_list_type(value, schema_type), f"[{', '.join(self.value(v, '') for v in value)}]")
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float):
+            return repr(value) if math.isfinite(value) else f"float('{value}')"
+        if isinstance(value, _SIMPLE):
+            return str(value)
+        if isinstance(value, torch.device):
+            return f"torch.device('{value}')"
+        raise NotRecordable(f"an argument {value!r} TorchScript cannot spell")
+
+
+def _list_type(value: list | tuple, schema_type: str) -> str:
+    """The TorchScript type of a list argument, from its elements and (for tensors) the op's schema."""
+    if any(isinstance(v, (Slot, External)) for v in value) or "Tensor" in schema_type:
+        return "List[Optional[Tensor]]" if "Optional[Tensor]" in schema_type else "List[Tensor]"
+    if all(isinstance(v, bool) for v in value) and value:
+        return "List[bool]"
+    if any(isinstance(v, float) for v in value) or "float" in schema_type:
+        return "List[float]"
+    return "List[int]"
+
+
+def _call(writer: _Writer, op: Any, args: tuple, kwargs: dict[str, Any]) -> str:
+    schema = op._schema
+    types = {a.name: str(a.type) for a in schema.arguments}
+    positional = [writer.value(v, str(schema.arguments[i].type)) for i, v in enumerate(args)]
+    keywords = [f"{k}={writer.value(v, types.get(k, ''))}" for k, v in kwargs.items()]
+    namespace, name = schema.name.split("::")
+    return f"torch.ops.{namespace}.{name}({', '.join(positional + keywords)})"
+
+
+def _flat(values: Any) -> list:
+    if isinstance(values, (list, tuple)):
+        return [v for value in values for v in _flat(value)]
+    if isinstance(values, dict):
+        return _flat(list(values.values()))
+    return [values]
+
+
+def _bind(writer: _Writer, call: Call, number: int) -> None:
+    """Assign a call's tensors to their slot names. A functional op that returned one of its inputs (``to`` a
+    dtype the tensor has) is left out; ``detach`` (in inference, a new handle on the same tensor) is a rename."""
+    result, op = call.result, call.op
+    if not op._schema.is_mutable and isinstance(result, (Slot, External)) and result in _flat((call.args,
+                                                                                              call.kwargs)):
+        return
+    if op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
+        writer.lines.append(f"    t{result.index} = {writer.value(call.args[0], 'Tensor')}")
+        return
+    expression = _call(writer, op, call.args, call.kwargs)
+    if isinstance(result, Slot):
+        writer.lines.append(f"    t{result.index} = {expression}")
+    elif isinstance(result, (list, tuple)) and any(isinstance(r, Slot) for r in result):
+        writer.lines.append(f"    r{number} = {expression}")
+        for i, r in enumerate(result):
+            if isinstance(r, Slot):
+                writer.lines.append(f"    t{r.index} = r{number}[{i}]")
+    else:
+        writer.lines.append(f"    {expression}")
+
+
+def source(recording: Recording) -> str:
+    """TorchScript source of ``step(ext: List[Tensor]) -> Tensor`` repeating ``recording``."""
+    writer = _Writer()
+    writer.lines.extend(f"    e{i} = ext[{i}]" for i in range(len(recording.externals)))
+    for number, call in enumerate(recording.calls):
+        _bind(writer, call, number)
+    if recording.output is None:
+        raise NotRecordable("the step has no output")
+    writer.lines.append(f"    return {writer.value(recording.output, 'Tensor')}")
+    return "def step(ext: List[Tensor]) -> Tensor:\n" + "\n".join(writer.lines) + "\n"
+
+
+def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
+    """A function running ``recording`` again over its external tensors as they are at each call."""
+    try:
+        unit = torch.jit.CompilationUnit(source(recording))
+    except RuntimeError as e:  # TorchScript's frontend: an op or argument it cannot express
+        raise NotRecordable(f"TorchScript cannot compile the step: {str(e).splitlines()[0]}") from e
+    step, externals = unit.step, list(recording.externals)
+
+    def replay() -> torch.Tensor:
+        # Without the profiling executor's optimisation passes: they would specialise and fuse nothing useful
+        # here (every op is a kernel call or a view) and cost a few warm-up runs.
+        with torch.jit.optimized_execution(False):
+            return step(externals)
+
+    return replay

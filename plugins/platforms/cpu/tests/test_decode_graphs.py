@@ -1,0 +1,95 @@
+"""The cpu platform's recorded steps: recording what a step's Python dispatched, replaying it through TorchScript.
+
+A tiny block made of ``frame.layers`` (with the platform's kernels attached where the CPU has them) stands in for
+a decode step; the engine-level check, greedy tokens of the bundled model with and without replay, is
+tests/e2e/test_decode_graphs.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, attach_platform_kernels
+from frame_platform_cpu import kernels
+from frame_platform_cpu.graphs import RecordedStep
+from frame_platform_cpu.platform import CpuOptions, CpuPlatform
+from frame_platform_cpu.record import NotRecordable, record
+from frame_platform_cpu.replay import compile_replay, source
+from torch import nn
+
+_WHY_NOT = kernels.unavailable_reason()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
+
+
+class Block(nn.Module):
+    """norm -> linear -> rotary on the first half -> activation -> linear, with a residual: the kinds of calls a
+    decoder layer makes (views, in-place kernels, tuple results, dtype conversions)."""
+
+    def __init__(self, dtype: torch.dtype, hidden: int = 64) -> None:
+        super().__init__()
+        self.norm = RMSNorm(hidden, 1e-5, torch.device("cpu"), dtype)
+        self.up = Linear(hidden, 4 * hidden, False, torch.device("cpu"), dtype)
+        self.act, self.rotate = SiluAndMul(), RotateHalves()
+        self.down = Linear(2 * hidden, hidden, False, torch.device("cpu"), dtype)
+        gen = torch.Generator().manual_seed(0)
+        for p in self.parameters():
+            p.data.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h, residual = self.norm(x, residual)
+        up = self.up(h)
+        self.rotate(up[:, :64].view(x.shape[0], 2, 32), cos, sin)
+        return self.down(self.act(up)).float() + residual.float()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtype: torch.dtype, rows: int) -> None:
+    block = Block(dtype)
+    attach_platform_kernels(block, CpuPlatform())
+    x, residual = torch.empty(rows, 64, dtype=dtype), torch.empty(rows, 64, dtype=dtype)
+    cos, sin = torch.empty(rows, 1, 16, dtype=dtype), torch.empty(rows, 1, 16, dtype=dtype)
+
+    def refill(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        for buffer in (x, residual, cos, sin):
+            buffer.copy_(torch.randn(buffer.shape, generator=gen))
+
+    def step() -> torch.Tensor:
+        return block(x, residual, cos, sin)
+
+    with torch.inference_mode():
+        refill(1)
+        recording, first = record(step)
+        replay = compile_replay(recording)
+        assert torch.equal(replay(), first)
+        for seed in (2, 3):
+            refill(seed)  # the runner refills its fixed buffers in place before each replay
+            assert torch.equal(replay(), step())
+    assert any(t is x for t in recording.externals)  # held by reference, never copied
+    assert "def step(ext: List[Tensor]) -> Tensor:" in source(recording)
+
+
+def test_a_step_that_reads_a_value_back_runs_eagerly() -> None:
+    x = torch.arange(4.0)
+
+    def step() -> torch.Tensor:
+        return x * float(x.sum())  # the sum reaches Python: a replay would keep the first one
+
+    with pytest.raises(NotRecordable, match="_local_scalar_dense"):
+        record(step)
+    replay = RecordedStep(step)
+    assert torch.equal(replay(), x * 6.0) and replay.calls == 0
+    x.add_(1.0)
+    assert torch.equal(replay(), x * 10.0)
+
+
+def test_the_recording_is_made_on_the_first_replay_and_the_option_turns_it_off() -> None:
+    x = torch.ones(3)
+    platform = CpuPlatform()
+    replay = platform.capture_graph(lambda: torch.nn.functional.silu(x * 2.0))
+    assert isinstance(replay, RecordedStep) and replay.calls is None
+    assert torch.equal(replay(), torch.nn.functional.silu(x * 2.0)) and replay.calls == 2
+    x.fill_(-1.0)
+    assert torch.equal(replay(), torch.nn.functional.silu(x * 2.0))
+    assert CpuPlatform(CpuOptions(decode_graphs=False)).capture_graph(lambda: x) is None
