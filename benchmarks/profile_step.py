@@ -53,6 +53,8 @@ def instrument(engine: EngineCore) -> dict[str, float]:
     runner.attention.build_metadata = _timed(phases, "attn.metadata",  # type: ignore[method-assign]
                                              runner.attention.build_metadata)
     runner.model.forward = _timed(phases, "forward", runner.model.forward)  # type: ignore[method-assign]
+    if runner.graphs is not None:  # a replayed decode step: forward and logits in one
+        runner.graphs.run = _timed(phases, "replay", runner.graphs.run)  # type: ignore[method-assign]
     runner.model.compute_logits = _timed(phases, "logits", runner.model.compute_logits)  # type: ignore[method-assign]
     runner.sampler.__class__.__call__ = _timed(phases, "sample", runner.sampler.__class__.__call__)  # type: ignore
     engine.step = _timed(phases, "step", engine.step)  # type: ignore[method-assign]
@@ -92,6 +94,7 @@ def main() -> None:
                         help="a quantization plugin (gguf keeps the GGUF's blocks; default none: dense weights)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--eager", action="store_true", help="no recorded decode steps (--no-cuda-graphs)")
     parser.add_argument("--profile", action="store_true", help="also run once under torch.profiler")
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--shapes", action="store_true", help="the op table per input shape")
@@ -105,7 +108,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engine = EngineCore(build_config(
         None, dtype=args.dtype, cache=args.cache, attn=args.attn, quantization=args.quantization,
-        platform_options={"threads": args.threads} if args.threads else None,
+        platform_options={"threads": args.threads} if args.threads else None, cuda_graphs=not args.eager,
     ))
     print(f"engine built in {time.perf_counter() - t0:.2f}s; torch threads {torch.get_num_threads()}, "
           f"interop {torch.get_num_interop_threads()}, dtype {engine.selection.dtype}, "
@@ -116,7 +119,9 @@ def main() -> None:
         engine.cache.reset()
         phases = instrument(engine) if _ == args.repeat - 1 else None
         log = log_steps(engine) if args.steps and phases is not None else None
+        cpu = time.process_time()
         result = drive(engine, requests)
+        print(f"process CPU time {time.process_time() - cpu:.2f}s (every thread)")
         if log:
             print("steps (sequences/tokens/ms): " + " ".join(f"{n}/{t}/{ms:.0f}" for n, t, ms in log))
         s = result.summary()

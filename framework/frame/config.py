@@ -94,8 +94,8 @@ class EngineConfig(BaseModel):
     router: str = Field("round_robin", description="router plugin that places requests on data-parallel cores")
     router_options: dict[str, Any] = Field(default_factory=dict, description="options of the router plugin")
     cuda_graphs: bool = Field(
-        True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda, TorchScript on cpu) and "
-        "the attention backend allows it; off: every step runs eagerly")
+        True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda, "
+        "TorchScript on cpu) and the attention backend allows it; off: every step runs eagerly")
     speculative_proposer: str | None = Field(
         None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")

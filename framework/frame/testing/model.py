@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gguf
+import numpy as np
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from frame.engine.worker.attention_layers import create_layer_attention, family_specs
+from frame.engine.worker.graphs import DecodeGraphs
 from frame.errors import UnsupportedModelError
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.model import CausalLM, WeightSource
@@ -116,6 +118,8 @@ class ModelFamilySuite:
     attention_name: ClassVar[str] = "sdpa"
     platform_name: ClassVar[str] = "cpu"
     atol: ClassVar[float] = 1e-4
+    #: The attention backend of the recorded-decode check: one that lets a platform record its steps.
+    graph_attention_name: ClassVar[str] = "cpu_paged"
     #: A checkpoint tensor name the family must refuse as unknown (spelled like the family's layer tensors).
     surprise_tensor: ClassVar[str] = "model.layers.0.surprise.weight"
     #: Whether the GGUF check reads the config from the file's metadata and expects this family for it (True), or
@@ -177,11 +181,14 @@ class ModelFamilySuite:
         platform.name = self.platform_name
         return platform
 
-    def make_attention(self, hooks: PluginHooks, platform, config: PretrainedConfig) -> list[AttentionBackend]:
-        """One backend per layer, made as the engine makes them from the family's per-layer specs."""
-        options_model = hooks.options_model("attention", self.attention_name)
+    def make_attention(self, hooks: PluginHooks, platform, config: PretrainedConfig,
+                       name: str | None = None) -> list[AttentionBackend]:
+        """One backend per layer, made as the engine makes them from the family's per-layer specs (backend
+        ``name``, the suite's :attr:`attention_name` by default)."""
+        name = name or self.attention_name
+        options_model = hooks.options_model("attention", name)
         specs = family_specs(hooks, self.plugin_name, config, None)
-        return create_layer_attention(hooks, self.attention_name, specs, world_size=1, rank=0, dtype=torch.float32,
+        return create_layer_attention(hooks, name, specs, world_size=1, rank=0, dtype=torch.float32,
                                       platform=platform, options=options_model() if options_model else None)
 
     def make_model(self, hooks: PluginHooks, platform, config: PretrainedConfig,
@@ -250,6 +257,31 @@ class ModelFamilySuite:
         self.assert_close(out[0], self.reference_logits(reference, a)[-1:])
         self.assert_close(out[1], self.reference_logits(reference, b))
         self.assert_close(out[2], self.reference_logits(reference, c)[6:])
+
+    def test_recorded_decode_steps_match_the_eager_ones(self, built, hooks, platform) -> None:
+        """Where the platform records decode steps (``Platform.capture_graph``), replaying the recording of the
+        family's own forward gives the eager step's logits, bit for bit, step after step."""
+        reference, _, _, folder = built
+        if self.graph_attention_name not in hooks.registry.names("attention"):
+            pytest.skip(f"the {self.graph_attention_name} attention backend is not installed")
+        layers = self.make_attention(hooks, platform, reference.config, self.graph_attention_name)
+        model = self.make_model(hooks, platform, reference.config, layers)
+        model.load_weights(open_weights(folder))
+        runner = PagedRunner(model, layers[0], 3, 16, torch.float32, platform.device)
+        prompts = [self.prompt(seed, n, reference.config.vocab_size) for seed, n in ((6, 5), (7, 9), (8, 3))]
+        runner.step(dict(enumerate(prompts)))
+        graphs = DecodeGraphs(model, layers[0], runner.caches, platform.device, max_num_seqs=3, max_model_len=16,
+                              block_size=BLOCK_SIZE, scratch_block=0, capture=platform.capture_graph)
+        if not graphs.enabled:
+            pytest.skip(f"the {platform.name} platform records no decode steps")
+        for token in (11, 12, 13):  # the first replay records, the next two replay the recording
+            positions = np.array(runner.cached, dtype=np.int64)
+            slots = np.array([runner.tables[s][p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
+                              for s, p in enumerate(positions)])
+            eager = torch.cat(runner.step({s: [token + s] for s in range(3)}))  # writes the same KV rows
+            replayed = graphs.run(np.array([token, token + 1, token + 2]), positions, slots, positions + 1,
+                                  np.array(runner.tables, dtype=np.int32))
+            assert torch.equal(replayed, eager)
 
     def test_missing_and_unknown_tensors_are_named(self, built, hooks, platform) -> None:
         reference, _, _, folder = built

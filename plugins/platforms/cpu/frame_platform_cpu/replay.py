@@ -123,8 +123,8 @@ def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
 
     def replay() -> torch.Tensor:
         # Without the profiling executor's optimisation passes: they would specialise and fuse nothing useful
-        # here (every op is a kernel call or a view) and cost a few warm-up runs.
-        with torch.jit.optimized_execution(False):
+        # here (every op is a kernel call or a view) and cost a few warm-up runs. A decode step needs no autograd.
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
             return step(externals)
 
     return replay
