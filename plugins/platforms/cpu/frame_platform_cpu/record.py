@@ -47,14 +47,26 @@ class External:
 
 
 @dataclass(frozen=True)
+class View:
+    """Where a view op's result lies in the tensor that owns the memory (``root``): ``as_strided`` arguments."""
+
+    root: Slot | External
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True)
 class Call:
     """One op call: ``op`` (an ``OpOverload``), its arguments with tensors replaced by :class:`Slot` or
-    :class:`External`, and what it returned in the same form (new slots for new tensors)."""
+    :class:`External`, and what it returned in the same form (new slots for new tensors). ``view``: for a view op
+    (a slice, a reshape that copied nothing), its result's place in its root tensor."""
 
     op: Any
     args: tuple
     kwargs: dict[str, Any]
     result: Any
+    view: View | None = None
 
 
 @dataclass
@@ -76,6 +88,7 @@ class _Recorder(TorchDispatchMode):
         self._slots: dict[int, Slot] = {}
         self._externals: dict[int, External] = {}
         self._alive: list[torch.Tensor] = []  # keeps ids unique while recording
+        self._views: dict[int, View] = {}  # id of a view op's result -> its place in its root
 
     def ref(self, tensor: torch.Tensor) -> Slot | External:
         key = id(tensor)
@@ -117,8 +130,23 @@ class _Recorder(TorchDispatchMode):
             raise NotRecordable(f"{name} reads a value back to the host")
         rec_args, rec_kwargs = self._arg(args), {k: self._arg(v) for k, v in kwargs.items()}
         out = func(*args, **kwargs)
-        self.recording.calls.append(Call(func, rec_args, rec_kwargs, self._result(out)))
+        result = self._result(out)
+        self.recording.calls.append(Call(func, rec_args, rec_kwargs, result, self._view(func, args, out, result)))
         return out
+
+    def _view(self, func: Any, args: tuple, out: Any, result: Any) -> View | None:
+        """The place of a view op's result in its root tensor (a view of a view points at the first one's root)."""
+        returns = func._schema.returns
+        if (len(returns) != 1 or returns[0].alias_info is None or returns[0].alias_info.is_write
+                or not isinstance(out, torch.Tensor) or not isinstance(result, Slot) or not args
+                or not isinstance(args[0], torch.Tensor) or out is args[0]
+                or out.untyped_storage().data_ptr() != args[0].untyped_storage().data_ptr()):
+            return None
+        parent = self._views.get(id(args[0]))
+        root = parent.root if parent is not None else self.ref(args[0])
+        view = View(root, tuple(out.shape), tuple(out.stride()), out.storage_offset())
+        self._views[id(out)] = view
+        return view
 
 
 def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:

@@ -79,15 +79,23 @@ def _flat(values: Any) -> list:
     return [values]
 
 
-def _bind(writer: _Writer, call: Call, number: int) -> None:
+def _bind(writer: _Writer, call: Call, number: int, needed: set[int]) -> None:
     """Assign a call's tensors to their slot names. A functional op that returned one of its inputs (``to`` a
-    dtype the tensor has) is left out; ``detach`` (in inference, a new handle on the same tensor) is a rename."""
+    dtype the tensor has) is left out; ``detach`` (in inference, a new handle on the same tensor) is a rename; a
+    view op is one ``as_strided`` of its root, and none at all when only other views read it."""
     result, op = call.result, call.op
     if not op._schema.is_mutable and isinstance(result, (Slot, External)) and result in _flat((call.args,
                                                                                               call.kwargs)):
         return
     if op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
         writer.lines.append(f"    t{result.index} = {writer.value(call.args[0], 'Tensor')}")
+        return
+    if call.view is not None:
+        if result.index in needed:
+            view = call.view
+            writer.lines.append(f"    t{result.index} = torch.ops.aten.as_strided({writer.value(view.root, '')}, "
+                                f"{writer.value(view.size, 'List[int]')}, {writer.value(view.stride, 'List[int]')}, "
+                                f"{view.offset})")
         return
     expression = _call(writer, op, call.args, call.kwargs)
     if isinstance(result, Slot):
@@ -101,14 +109,23 @@ def _bind(writer: _Writer, call: Call, number: int) -> None:
         writer.lines.append(f"    {expression}")
 
 
+def _needed(recording: Recording) -> set[int]:
+    """Slots that something other than a view reads (a view reads its root, which no view makes)."""
+    needed = {recording.output.index} if isinstance(recording.output, Slot) else set()
+    for call in recording.calls:
+        if call.view is None or call.op._schema.name == "aten::detach":
+            needed.update(v.index for v in _flat((call.args, call.kwargs)) if isinstance(v, Slot))
+    return needed
+
+
 def source(recording: Recording) -> str:
     """TorchScript source of ``step(ext: List[Tensor]) -> Tensor`` repeating ``recording``."""
-    writer = _Writer()
-    writer.lines.extend(f"    e{i} = ext[{i}]" for i in range(len(recording.externals)))
-    for number, call in enumerate(recording.calls):
-        _bind(writer, call, number)
     if recording.output is None:
         raise NotRecordable("the step has no output")
+    writer, needed = _Writer(), _needed(recording)
+    writer.lines.extend(f"    e{i} = ext[{i}]" for i in range(len(recording.externals)))
+    for number, call in enumerate(recording.calls):
+        _bind(writer, call, number, needed)
     writer.lines.append(f"    return {writer.value(recording.output, 'Tensor')}")
     return "def step(ext: List[Tensor]) -> Tensor:\n" + "\n".join(writer.lines) + "\n"
 
