@@ -82,6 +82,13 @@ class Recording:
 class _Recorder(TorchDispatchMode):
     """Runs each op as usual and appends it to ``recording``."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in dynamo's disable unless told not to, and the wrapper imports
+        # torch._dynamo on its first call: 3-8 s on a 2-core host, paid by the first decode step. A step has
+        # nothing for dynamo to compile.
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.recording = Recording()
