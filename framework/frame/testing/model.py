@@ -7,8 +7,9 @@ sizes otherwise overrides it), saves it as safetensors, builds the family throug
 does (its per-layer attention specs, one backend per distinct spec) and loads the checkpoint through
 :func:`frame.weights.open_weights`. It checks the logits of a full prefill, of the same prompt as prefill chunks and
 decode steps through a paged cache, and of a batch mixing a decode with prefills; that every checkpoint tensor is
-needed and a stranger (:attr:`ModelFamilySuite.surprise_tensor`) is named; and that a ``quantization_config`` the
-family has no loader for is refused in one sentence. Prompts are longer than any window a tiny config should set
+needed and a stranger (:attr:`ModelFamilySuite.surprise_tensor`) is named; that a ``quantization_config`` the
+family has no loader for is refused in one sentence; and that a decode step the platform records (its graph seam)
+replays with the eager step's logits. Prompts are longer than any window a tiny config should set
 (keep ``sliding_window`` at 8 or less so the windows matter). Add configs through
 :meth:`ModelFamilySuite.extra_configs` (rope scalings, biases, tied embeddings, windows).
 """

@@ -99,5 +99,6 @@ class DecodeGraphs:
         self.seq_lens[:n].copy_(torch.from_numpy(seq_lens.astype(np.int32)), non_blocking=True)
         width = block_tables.shape[1]
         self.block_tables[:n, :width].copy_(torch.from_numpy(block_tables), non_blocking=True)
-        self._pad(n, size)
+        if n < size:  # rows past n may hold an earlier step's values
+            self._pad(n, size)
         return self.replays[size]()[:n]
