@@ -2,6 +2,7 @@
 share of the step spent outside the kernels.
 
     .venv/bin/python benchmarks/decode_graph.py [--batch 1] [--dtype bfloat16] [--rounds 20] [--threads 1]
+    .venv/bin/python benchmarks/decode_graph.py --batch 49 --max-num-seqs 64   # 15 padding rows
 
 Builds profile_decode.py's SmolLM2-135M-shaped model (random weights, contexts in ``[--min-ctx, --max-ctx]``),
 then runs the step both ways, alternating, through the runner's own :class:`frame.engine.worker.graphs.DecodeGraphs`
@@ -52,13 +53,16 @@ def main() -> None:
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, every core)")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="the runner's bucket limit (default --batch); above it, a batch between buckets replays "
+                             "the next bucket with padding rows")
     a = parser.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     model, backend, ids, pos, caches, meta = build(a.batch, a.min_ctx, a.max_ctx, getattr(torch, a.dtype))
     block_size = caches[0][0].shape[1]
     # profile_decode hands out blocks from 1: block 0 is the scratch block no sequence owns.
-    graphs = DecodeGraphs(model, backend, caches, torch.device("cpu"), max_num_seqs=a.batch,
+    graphs = DecodeGraphs(model, backend, caches, torch.device("cpu"), max_num_seqs=a.max_num_seqs or a.batch,
                           max_model_len=a.max_ctx + 1, block_size=block_size, scratch_block=0,
                           capture=CpuPlatform().capture_graph)
     host = (ids.numpy(), pos.numpy(), meta.slot_mapping.numpy(), meta.seq_lens.numpy(),
