@@ -7,12 +7,14 @@ panels, the KV pool, the runner's fixed input buffers) are kept by reference, so
 replay time, as a CUDA graph reads its static buffers. Python's own decisions (shapes, which kernel applies, loop
 bounds) are taken once, which is right exactly when they depend on nothing but the batch shape: what the graph
 seam already asks of a step it records. A step that reads a value back to Python (``.item()``), makes a tensor
-whose shape depends on data, or passes something that cannot be written down (a process group) cannot be
-recorded: :class:`NotRecordable` says which op, and the step then runs eagerly.
+whose shape depends on data, passes something that cannot be written down (a process group) or makes a tensor
+outside torch's ops and drops it (numpy's answer, which a replay would keep) cannot be recorded:
+:class:`NotRecordable` says why, and the step then runs eagerly.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,4 +167,9 @@ def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:
     if not isinstance(out, torch.Tensor):
         raise NotRecordable(f"the step returned {type(out).__name__}, not a tensor")
     recorder.recording.output = recorder.ref(out)
+    for tensor in recorder.recording.externals:
+        # Held by the list, the loop and the call alone: the step made it and dropped it, outside torch's ops
+        # (from numpy, say), so a replay would read this run's values forever.
+        if sys.getrefcount(tensor) <= 3:
+            raise NotRecordable(f"the step made a {tuple(tensor.shape)} tensor outside torch's ops (from numpy?)")
     return recorder.recording, out

@@ -86,6 +86,20 @@ def test_a_step_that_reads_a_value_back_runs_eagerly() -> None:
     assert torch.equal(replay(), x * 10.0)
 
 
+def test_a_step_that_computes_outside_torchs_ops_runs_eagerly() -> None:
+    x = torch.arange(4.0)
+
+    def step() -> torch.Tensor:  # numpy reads x's memory without a dispatched op: a recording would freeze it
+        return torch.from_numpy(x.numpy() * 2.0) + 1.0
+
+    with pytest.raises(NotRecordable, match="outside torch's ops"):
+        record(step)
+    replay = RecordedStep(step)
+    assert torch.equal(replay(), x * 2.0 + 1.0) and replay.calls == 0
+    x.add_(1.0)
+    assert torch.equal(replay(), x * 2.0 + 1.0)
+
+
 def test_the_recording_is_made_on_the_first_replay_and_the_option_turns_it_off() -> None:
     x = torch.ones(3)
     platform = CpuPlatform()
