@@ -134,7 +134,7 @@ def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
     """A function running ``recording`` again over its external tensors as they are at each call."""
     try:
         unit = torch.jit.CompilationUnit(source(recording))
-    except RuntimeError as e:  # TorchScript's frontend: an op or argument it cannot express
+    except (RuntimeError, AttributeError) as e:  # an op or argument TorchScript cannot express; a torch without it
         raise NotRecordable(f"TorchScript cannot compile the step: {str(e).splitlines()[0]}") from e
     step, externals = unit.step, list(recording.externals)
 
