@@ -56,6 +56,7 @@ class View:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
+    dtype: torch.dtype  # the root's and the view's (a view as another dtype, view(torch.int8), is not collapsed)
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,10 @@ class _Recorder(TorchDispatchMode):
                 or out.untyped_storage().data_ptr() != args[0].untyped_storage().data_ptr()):
             return None
         parent = self._views.get(id(args[0]))
-        root = parent.root if parent is not None else self.ref(args[0])
-        view = View(root, tuple(out.shape), tuple(out.stride()), out.storage_offset())
+        root, dtype = (parent.root, parent.dtype) if parent is not None else (self.ref(args[0]), args[0].dtype)
+        if out.dtype != dtype:
+            return None
+        view = View(root, tuple(out.shape), tuple(out.stride()), out.storage_offset(), dtype)
         self._views[id(out)] = view
         return view
 
@@ -169,7 +172,8 @@ def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:
     recorder.recording.output = recorder.ref(out)
     for tensor in recorder.recording.externals:
         # Held by the list, the loop and the call alone: the step made it and dropped it, outside torch's ops
-        # (from numpy, say), so a replay would read this run's values forever.
-        if sys.getrefcount(tensor) <= 3:
+        # (from numpy, say), so a replay would read this run's values forever. A scalar made from a Python number
+        # (Gemma's torch.tensor(hidden_size ** 0.5)) is a constant: a number read back from data is a host read.
+        if sys.getrefcount(tensor) <= 3 and tensor.dim() > 0:
             raise NotRecordable(f"the step made a {tuple(tensor.shape)} tensor outside torch's ops (from numpy?)")
     return recorder.recording, out

@@ -9,6 +9,7 @@ folded in: each replay reads the weights, the KV pool and the refilled input buf
 
 from __future__ import annotations
 
+import keyword
 import math
 from collections.abc import Callable
 from typing import Any
@@ -63,9 +64,22 @@ def _list_type(value: list | tuple, schema_type: str) -> str:
 
 
 def _call(writer: _Writer, op: Any, args: tuple, kwargs: dict[str, Any]) -> str:
+    """``torch.ops.<namespace>.<name>(...)``. TorchScript picks the overload from the arguments, and a dtype is an
+    int to it (``view(t, torch.float16)`` would be ``view.default``'s size 5): past the first, the arguments of an
+    overload other than the default go by their schema names, which only the recorded overload has."""
     schema = op._schema
     types = {a.name: str(a.type) for a in schema.arguments}
-    positional = [writer.value(v, str(schema.arguments[i].type)) for i, v in enumerate(args)]
+    by_name = schema.overload_name not in ("", "default")
+    positional, named = [], {}
+    for i, v in enumerate(args):
+        arg = schema.arguments[i]
+        if not by_name or i == 0:
+            positional.append(writer.value(v, str(arg.type)))
+        elif arg.name.isidentifier() and not keyword.iskeyword(arg.name):
+            named[arg.name] = v
+        else:
+            raise NotRecordable(f"{schema.name}.{schema.overload_name}'s argument {arg.name!r} cannot be named")
+    kwargs = {**named, **kwargs}
     keywords = [f"{k}={writer.value(v, types.get(k, ''))}" for k, v in kwargs.items()]
     namespace, name = schema.name.split("::")
     return f"torch.ops.{namespace}.{name}({', '.join(positional + keywords)})"

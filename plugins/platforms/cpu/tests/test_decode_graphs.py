@@ -100,6 +100,20 @@ def test_a_step_that_computes_outside_torchs_ops_runs_eagerly() -> None:
     assert torch.equal(replay(), x * 2.0 + 1.0)
 
 
+def test_a_view_as_another_dtype_is_never_replayed_as_the_first_dtype() -> None:
+    blocks = torch.tensor([0, 60, 0, 64], dtype=torch.uint8)  # two float16 numbers, 1.0 and 2.0, as bytes
+
+    def step() -> torch.Tensor:  # a GGUF scale read from its block's bytes
+        return blocks.view(torch.float16).float() * 3.0
+
+    replay = RecordedStep(step)
+    for expected in ([3.0, 6.0], [6.0, 12.0]):
+        assert replay().tolist() == expected
+        blocks[1::2] += 4  # the exponent bits: each number doubles
+    # TorchScript spells a dtype as an int, so view(dtype) would resolve to view(size): the step runs eagerly.
+    assert replay.calls == 0
+
+
 def test_the_recording_is_made_on_the_first_replay_and_the_option_turns_it_off() -> None:
     x = torch.ones(3)
     platform = CpuPlatform()
