@@ -4,7 +4,8 @@
 // - Decode rows (direct): eight keys at a time, one accumulator per key along head_dim, reduced to one vector of
 //   eight scores by a transposing hadd tree.
 // - Prefill tiles: four rows' sixteen scores as eight independent FMA chains over the transposed chunk, each key
-//   pair of vectors loaded once for the four rows.
+//   pair of vectors loaded once for the four rows, one head_dim lane at a time (lane_tree), so a score is the same
+//   float as the decode path's.
 // - P V: each row's accumulator stays in registers (64 floats at a time) over the chunk's keys.
 // Against the compiler-vectorised generic loops, float32, one Zen 3 core, KV from memory
 // (benchmarks/attention_kernels.py --dtype float32 --layers 30), ms per layer: decode 8 x ~300 keys 0.67 -> 0.41,
@@ -47,7 +48,7 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// Eight vectors to one: lane j holds the sum of a[j]'s lanes.
+// Eight vectors to one: lane j holds the sum of a[j]'s lanes, paired as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
 inline __m256 reduce8(const __m256* a) {
   const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
   const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
@@ -101,6 +102,41 @@ inline void accumulate_values(const float* probs, int valid, const float* const*
   }
 }
 
+// A row's score against a key must be the same float on the direct (decode) and the tile (prefill) path, or a
+// token's attention changes with how its prompt was split into steps (a prefix-cache hit leaves the last tokens to a
+// step of their own; see the AVX-512 lane_tree_sum in paged_attention.cpp). The direct path sums the D products as 8
+// lanes (lane l: products l, l + 8, ..., in that order, one FMA chain from zero) and reduce8 then adds the lanes
+// pairwise, l with l + 1, then l + 2, then l + 4. The tile path keeps one lane of 16 keys in two vectors per row
+// and adds those lanes in the same tree: 7 additions per row and key pair more than one chain over D.
+template <int D, int L>
+inline void lane_chain(const float* q, const float* kt, __m256 (&out)[4][2]) {
+  for (int b = 0; b < 4; ++b) out[b][0] = out[b][1] = _mm256_setzero_ps();
+  for (int d = L; d < D; d += 8) {
+    const __m256 k_lo = _mm256_loadu_ps(kt + d * kChunk), k_hi = _mm256_loadu_ps(kt + d * kChunk + 8);
+    for (int b = 0; b < 4; ++b) {
+      const __m256 qd = _mm256_broadcast_ss(q + b * D + d);
+      out[b][0] = _mm256_fmadd_ps(qd, k_lo, out[b][0]);
+      out[b][1] = _mm256_fmadd_ps(qd, k_hi, out[b][1]);
+    }
+  }
+}
+
+// The sum of lanes [L, L + Width) as reduce8 pairs them: lane_tree<D, 0, 8> is four rows' scores of 16 keys.
+template <int D, int L, int Width>
+inline void lane_tree(const float* q, const float* kt, __m256 (&out)[4][2]) {
+  if constexpr (Width == 1) {
+    lane_chain<D, L>(q, kt, out);
+  } else {
+    __m256 y[4][2];
+    lane_tree<D, L, Width / 2>(q, kt, out);
+    lane_tree<D, L + Width / 2, Width / 2>(q, kt, y);
+    for (int b = 0; b < 4; ++b) {
+      out[b][0] = _mm256_add_ps(out[b][0], y[b][0]);
+      out[b][1] = _mm256_add_ps(out[b][1], y[b][1]);
+    }
+  }
+}
+
 // One 16-key chunk for one KV head's rows. Direct: k_rows, the chunk's K rows; tile: kt, K transposed [D][kChunk]
 // with zeros past the chunk's keys. v_rows: its V rows. Row pointers past the chunk's `n` keys point at a real
 // (finite) row: their scores are computed and masked.
@@ -139,17 +175,8 @@ void chunk(const HeadRows& h, const float* kt, const float* const* k_rows, const
   // Rows whose token lies before the chunk see none of its keys (rows are ordered by token).
   const int64_t first_seeing = std::max<int64_t>(0, (k0 - h.first_pos) * h.groups) / 4 * 4;
   for (int64_t rb = first_seeing; rb < h.rows; rb += 4) {
-    const float* q = h.q + rb * D;  // the query buffer is padded to whole groups of four rows
     __m256 s[4][2];
-    for (int b = 0; b < 4; ++b) s[b][0] = s[b][1] = _mm256_setzero_ps();
-    for (int d = 0; d < D; ++d) {
-      const __m256 k_lo = _mm256_loadu_ps(kt + d * kChunk), k_hi = _mm256_loadu_ps(kt + d * kChunk + 8);
-      for (int b = 0; b < 4; ++b) {
-        const __m256 qd = _mm256_broadcast_ss(q + b * D + d);
-        s[b][0] = _mm256_fmadd_ps(qd, k_lo, s[b][0]);
-        s[b][1] = _mm256_fmadd_ps(qd, k_hi, s[b][1]);
-      }
-    }
+    lane_tree<D, 0, 8>(h.q + rb * D, kt, s);  // the query buffer is padded to whole groups of four rows
     for (int b = 0; b < 4 && rb + b < h.rows; ++b) {
       const int valid = valid_keys(rb + b);
       if (valid > 0) finish_row(rb + b, s[b][0], s[b][1], valid);
