@@ -122,17 +122,20 @@ def test_a_batch_answers_the_same_at_any_thread_count() -> None:
     assert torch.equal(one, two)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (8, 8, 64), (16, 4, 128)])
-def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the_prompt(heads: int, kv_heads: int,
-                                                                                         dim: int) -> None:
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "window", "softcap"),
+                         [(9, 3, 64, None, None), (8, 8, 64, None, None), (16, 4, 128, None, None),
+                          (9, 3, 64, 20, None), (8, 8, 64, None, 30.0), (4, 2, 80, None, None)])
+def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the_prompt(
+        heads: int, kv_heads: int, dim: int, window: int | None, softcap: float | None) -> None:
     # A prefix-cache hit leaves a prompt's last one or two tokens to a step of their own, a decode's token is alone:
     # those rows take the direct path, a prefill's the tile path. Their sums must be the same floats, or a model
     # whose activations are rounded to int8 per block (GGUF's packed kernels) answers identical requests
-    # differently (SmolLM2 Q4_1 through frame serve did).
+    # differently (SmolLM2 Q4_1 through frame serve did). A window, a soft-cap or a head size other than 64 and
+    # 128 takes the generic loops, which must hold it too.
     tokens, block = 70, 16
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(tokens, n, dim, generator=gen) for n in (heads, kv_heads, kv_heads))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.float32)
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.float32, window, softcap)
 
     def attend(steps: list[int]) -> torch.Tensor:
         k_cache, v_cache = torch.zeros(7, block, kv_heads, dim), torch.zeros(7, block, kv_heads, dim)

@@ -174,6 +174,27 @@ inline float dot(const float* a, const float* b, int64_t dim) {
   return total;
 }
 
+// One row's scores against the chunk's 16 keys (kt, K transposed [dim][kChunk]), each the same float as dot<D>
+// gives it (the direct path's), so a token's attention does not depend on how its step split the prompt: the
+// products past the last whole 16 first, then each lane l (products l, l + 16, ...) summed apart and added in turn.
+template <int D>
+inline void tile_scores(const float* q, const float* kt, int64_t dim, float* scores) {
+  const int64_t d_len = D > 0 ? D : dim, whole = d_len / 16 * 16;
+  for (int j = 0; j < kChunk; ++j) scores[j] = 0.0f;
+  for (int64_t d = whole; d < d_len; ++d) {
+    const float qd = q[d];
+    for (int j = 0; j < kChunk; ++j) scores[j] += qd * kt[d * kChunk + j];
+  }
+  for (int64_t l = 0; l < 16; ++l) {
+    float lane[kChunk] = {0.0f};
+    for (int64_t d = l; d < whole; d += 16) {
+      const float qd = q[d];
+      for (int j = 0; j < kChunk; ++j) lane[j] += qd * kt[d * kChunk + j];
+    }
+    for (int j = 0; j < kChunk; ++j) scores[j] += lane[j];
+  }
+}
+
 // One 16-key chunk for one KV head's rows, generic loops. kt: K rows [kChunk][dim] (direct) or K transposed
 // [dim][kChunk] (tile); vr: V rows [kChunk][dim].
 template <int D>
@@ -190,12 +211,7 @@ void generic_chunk(const HeadRows& h, const float* kt, const float* vr, int64_t 
     if (direct) {
       for (int j = 0; j < kChunk; ++j) scores[j] = j < valid ? dot<D>(q, kt + j * dim, dim) : 0.0f;
     } else {
-      for (int j = 0; j < kChunk; ++j) scores[j] = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) {
-        const float qd = q[d];
-        const float* kd = kt + d * kChunk;
-        for (int j = 0; j < kChunk; ++j) scores[j] += qd * kd[j];
-      }
+      tile_scores<D>(q, kt, dim, scores);
     }
     if (h.softcap > 0.0f)
       for (int j = first; j < valid; ++j) scores[j] = h.softcap * std::tanh(scores[j] / h.softcap);
@@ -265,11 +281,15 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         float* dst = st.q.data() + ((h * tokens + t) * groups + g) * dim;
         for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * p.scale;
       }
-  // Keys [begin, end) cover every row of the tile; token t sees keys [0, context + first_token + t], or with a
-  // window only the last `window` of them (so the first row's window starts the walk).
+  // Keys [seen, end) cover every row of the tile; token t sees keys [0, context + first_token + t], or with a
+  // window only the last `window` of them (so the first row's window starts the walk). Chunks start at multiples of
+  // kChunk, the first one at `begin`, so a row's online softmax takes the same steps and gives the same bits whichever
+  // item (a decode, a prefill tile) holds it; that chunk's keys before `seen` are masked and never read (their blocks
+  // may have been given back).
   const int64_t first_pos = context + item.first_token;
   const int64_t end = first_pos + tokens;
-  const int64_t begin = p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) : 0;
+  const int64_t seen = p.window > 0 ? std::max<int64_t>(0, first_pos - p.window + 1) : 0;
+  const int64_t begin = seen / kChunk * kChunk;
   const bool direct = head_rows <= kDirectMaxRows;
   const int64_t head_stride = kChunk * dim;  // one KV head's chunk in kbuf / vbuf
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
@@ -282,13 +302,15 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
   const bool avx2 = kAvx2 && !p.limited();
   const bool in_place = avx2 && std::is_same_v<cache_t, float>;
   const bool convert_v = !in_place, convert_k = !in_place || !direct;
-  for (int64_t pos = begin; pos < std::min<int64_t>(begin + kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
+  for (int64_t pos = seen; pos < std::min<int64_t>(seen + kPrefetchAhead, end); ++pos) prefetch_key(p, table, pos);
   for (int64_t k0 = begin; k0 < end; k0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - k0));
-    // Where each of the chunk's keys sits in the pool; the block table is walked without a division per key.
+    // Where each of the chunk's keys sits in the pool; the block table is walked without a division per key. Keys
+    // before the window (masked) repeat its first key's place.
+    const int skip = static_cast<int>(std::max<int64_t>(0, seen - k0));
     int64_t bases[kChunk];
-    int64_t block = k0 / p.block_size, offset = k0 % p.block_size;
-    for (int j = 0; j < n; ++j) {
+    int64_t block = (k0 + skip) / p.block_size, offset = (k0 + skip) % p.block_size;
+    for (int j = skip; j < n; ++j) {
       if (k0 + j + kPrefetchAhead < end) prefetch_key(p, table, k0 + j + kPrefetchAhead);
       bases[j] = (table[block] * p.block_size + offset) * kv_heads * p.row;
       if (++offset == p.block_size) {
@@ -296,6 +318,7 @@ void run_item(const Problem<cache_t, query_t>& p, const WorkItem& item, Accumula
         ++block;
       }
     }
+    for (int j = 0; j < skip; ++j) bases[j] = bases[skip];
     // Convert the chunk's K/V rows of every KV head to float (dequantizing the codes of an int8 / fp8 pool: the
     // scale is a multiply, so a quantized pool costs no pass of its own). A token's KV heads sit side by side in
     // the pool, so this reads each block front to back.
