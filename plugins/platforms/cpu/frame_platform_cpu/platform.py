@@ -13,7 +13,7 @@ from frame.interfaces.platform import Platform
 from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import kernels, probe, quantized, rewrites, w8a8
+from frame_platform_cpu import kernels, kquant, probe, quantized, w8a8
 from frame_platform_cpu.graphs import RecordedStep
 
 _GIB = 1 << 30
@@ -117,8 +117,7 @@ class CpuPlatform(Platform):
         elif bf16 is not None:
             paths["bfloat16"] = f"{bf16} (torch)"
         for fmt in quantized.served_formats():
-            rewritten = rewrites.REWRITTEN_AS.get(fmt)
-            paths[fmt] = quantized.isa_path() + (f" (as {rewritten} blocks, rewritten at load)" if rewritten else "")
+            paths[fmt] = kquant.isa_path() if fmt in kquant.KQUANT_FORMATS else quantized.isa_path()
         if "int8" in paths:
             vnni = w8a8.isa_path()
             scheme = f"{vnni} (W8A8: x int8 per token" if vnni else f"{paths['int8']} (W8A8: x int8 per block of 32"

@@ -6,9 +6,8 @@ rows a vector), elsewhere as the GGUF stores them with AVX2 integer dot products
 C++ on CPUs without AVX2. Each block's 32 integer products are summed exactly, so the only error against gguf's
 dequantised weight is x's rounding to int8 per block and float32 sums. ``int8`` weights whose method allows dynamic
 activation scales (W8A8) run there too, as q8_0 blocks whose scale is the row's (in float16). The formats of
-256-value super-blocks (q4_K, q5_K, q6_K, q3_K, q2_K, iq4_xs) are rewritten once at load into blocks those kernels
-read (``rewrites``: what each costs in memory and accuracy). Formats without a kernel here return None, so the
-layer multiplies by the dequantised weight.
+256-value super-blocks (q4_K, q5_K, q6_K, q3_K, q2_K, iq4_xs) run on the file's own blocks in ``kquant``. Formats
+without a kernel here return None, so the layer multiplies by the dequantised weight.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import torch
 from frame.interfaces.quantization import PackedWeight
 from frame.weights.pages import release_file_pages
 
-from frame_platform_cpu import kernels, probe, rewrites, w8a8
+from frame_platform_cpu import kernels, kquant, probe, w8a8
 
 #: ggml formats ``ggml_linear`` reads, with the number its ``format`` argument takes.
 GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl": 5}
@@ -31,7 +30,7 @@ Kernel = Callable[[torch.Tensor], torch.Tensor | None]
 
 def served_formats() -> tuple[str, ...]:
     """The packed formats this CPU runs with a native kernel (int8: with dynamic activation scales)."""
-    return (*GGML_FORMATS, *rewrites.REWRITTEN_AS, "int8") if kernels.unavailable_reason() is None else ()
+    return (*GGML_FORMATS, *kquant.KQUANT_FORMATS, "int8") if kernels.unavailable_reason() is None else ()
 
 
 def has_vnni() -> bool:
@@ -82,17 +81,18 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
 def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,
                 vnni: bool | None = None) -> Kernel | None:
     """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-block int8
-    rounding (and a super-block format's rewriting, ``rewrites``); None for a format ``ggml_linear`` does not read.
-    ``portable`` forces the plain C++ path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel on
-    repacked blocks where the CPU has it, else AVX2)."""
-    fmt = GGML_FORMATS.get(rewrites.REWRITTEN_AS.get(packed.format, packed.format))
+    rounding; None for a format neither ``ggml_linear`` nor ``kquant`` reads. ``portable`` forces the plain C++
+    path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel where the CPU has it, on repacked blocks of
+    32, else AVX2)."""
+    if packed.format in kquant.KQUANT_FORMATS:
+        return kquant.kquant_linear(packed, bias, portable, vnni)
+    fmt = GGML_FORMATS.get(packed.format)
     if fmt is None or packed.in_features % 32:
         return None
     source = packed.tensors["blocks"]
-    blocks = rewrites.rewrite(packed) if packed.format in rewrites.REWRITTEN_AS else source
-    linear = _block_linear(blocks, fmt, bias, portable, vnni)
-    if getattr(linear, "own_copy", False) or blocks is not source:
-        release_file_pages(source)  # the kernel reads its own copy; the file's pages need not stay resident
+    linear = _block_linear(source, fmt, bias, portable, vnni)
+    if getattr(linear, "own_copy", False):  # the kernel reads its own copy; the file's pages need not stay resident
+        release_file_pages(source)
     return linear
 
 

@@ -1,0 +1,312 @@
+// y = x W^T (+ b) for a weight in ggml's super-blocks of 256 (q4_K, q6_K, q3_K, q2_K, q5_K, iq4_xs), read as the
+// GGUF file stores them (memory-mapped: nothing is copied or repacked at load), float32 or bfloat16 x: the linears
+// of a K-quant GGUF (Q4_K_M, Q3_K_M, Q2_K, ... presets) served packed.
+//
+// x is quantized per row and super-block of 256 inputs to int8 with one float32 scale d_x = max|x| / 127 and the
+// sums of q_x per 16 (llama.cpp's q8_K, which its own K-quant dot products take). A weight super-block is unpacked
+// in registers (kquant_blocks.h: u, sc, mn, d, md) and, for up to four rows of x at once,
+//   dot = d_x (d sum_c sc[c] sum_{i in c} u_i q_x,i - md sum_c mn[c] sum_{i in c} q_x,i)
+// whose inner sums are exact integers: u q_x with vpmaddubsw (u unsigned and at most 63: no saturation; iq4_xs's
+// signed levels through their absolute value and x's sign), times sc with vpmaddwd (AVX2) or vpdpwssd (AVX-512
+// VNNI), the mins against x's sums per 16 with vpmaddwd. `path` picks the code: 0 plain C++ (CPUs without AVX2),
+// 1 AVX2, 2 AVX-512 BW + VNNI (512-bit vectors); all sum the same integers, so they differ only in the order of
+// the float32 super-block sums.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kquant_blocks.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__) && FRAME_KQUANT_AVX2
+#define FRAME_KQUANT_VNNI 1
+#endif
+
+namespace {
+
+using namespace kquant_blocks;
+constexpr int kRowTile = 4;  // rows of x per pass over a weight row
+
+// x's rows quantized per super-block: q [m][k] int8, d [m][k / 256] float32, sums [m][k / 16] int16.
+struct SuperRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> sums;
+};
+
+template <typename T>
+void quantize_row(const T* x, int64_t k, int8_t* q, float* d, int16_t* sums) {
+  for (int64_t b = 0; b < k / kSuper; ++b) {
+    float xs[kSuper];
+    float amax = 0.f;
+    for (int i = 0; i < kSuper; ++i) {
+      xs[i] = static_cast<float>(x[b * kSuper + i]);
+      amax = std::max(amax, std::fabs(xs[i]));
+    }
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    for (int c = 0; c < kSuper / 16; ++c) {
+      int sum = 0;
+      for (int i = 16 * c; i < 16 * c + 16; ++i) {
+        const int v = static_cast<int>(std::nearbyint(xs[i] * inv));
+        q[b * kSuper + i] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      sums[b * 16 + c] = static_cast<int16_t>(sum);
+    }
+    d[b] = amax / 127.f;
+  }
+}
+
+SuperRows quantize_rows(const at::Tensor& x) {
+  const int64_t m = x.size(0), k = x.size(1), nb = k / kSuper;
+  SuperRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<int16_t>(m * k / 16)};
+  at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      if (x.scalar_type() == at::kFloat)
+        quantize_row(x.data_ptr<float>() + r * k, k, out.q.data() + r * k, out.d.data() + r * nb,
+                     out.sums.data() + r * k / 16);
+      else
+        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, out.q.data() + r * k, out.d.data() + r * nb,
+                     out.sums.data() + r * k / 16);
+    }
+  });
+  return out;
+}
+
+// One weight row against `rows` rows of x (from r0), plain C++.
+template <int64_t Format>
+void row_portable(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int rows, int64_t k, float* dots) {
+  for (int r = 0; r < rows; ++r) dots[r] = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes(Format);
+    const Header h = header<Format>(blk);
+    int8_t u[kSuper];
+    values_portable<Format>(blk, u);
+    for (int r = 0; r < rows; ++r) {
+      const int64_t row = r0 + r;
+      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
+      const int16_t* sums = xq.sums.data() + row * k / 16 + b * 16;
+      int32_t dot = 0, mins = 0;
+      for (int c = 0; c < 16; ++c) {
+        int32_t chunk = 0;
+        for (int i = 16 * c; i < 16 * c + 16; ++i) chunk += u[i] * qx[i];
+        dot += sc_of(h, c) * chunk;
+        mins += mn_of(h, c) * sums[c];
+      }
+      const float dx = xq.d[row * nb + b];
+      dots[r] += dx * (h.d * static_cast<float>(dot) - h.md * static_cast<float>(mins));
+    }
+  }
+}
+
+#if FRAME_KQUANT_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// Vector g's scales (values 32g..32g+31: chunks 2g, 2g+1) as 16 int16 lanes, 8 a chunk: each vpmaddubsw lane pair
+// (2 values) meets its chunk's scale in vpmaddwd.
+inline __m256i pair_scales(__m128i sc, int g) {
+  const __m128i pick = _mm_set_epi64x(0x0101010101010101LL * (2 * g + 1), 0x0101010101010101LL * (2 * g));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+}
+
+// u q_x a pair of lanes as int16; iq4_xs's signed u through |u| and q_x with u's sign.
+template <int64_t Format>
+inline __m256i products(__m256i u, __m256i qx) {
+  if constexpr (signed_values(Format)) return _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(qx, u));
+  return _mm256_maddubs_epi16(u, qx);
+}
+
+template <int64_t Format, int R>
+void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes(Format);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format)), _MM_HINT_T0);
+    const Header h = header<Format>(blk);
+    __m256i u[8];
+    values_avx2<Format>(blk, u);
+    const __m128i sc = words128(h.sc);
+    const __m256i mn = mins16(h);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = r0 + r;
+      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
+      __m256i dot = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * g));
+        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(products<Format>(u[g], x), pair_scales(sc, g)));
+      }
+      const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
+      const float dx = xq.d[row * nb + b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx * h.d), acc[r]);
+      if (h.mn_shift != 0)
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) dots[r] = hsum(acc[r]);
+}
+#endif
+
+#if FRAME_KQUANT_VNNI
+// As pair_scales for 64 values (vector v: chunks 4v..4v+3), 32 int16 lanes.
+inline __m512i pair_scales512(__m128i sc, int v) {
+  const __m256i both = _mm256_broadcastsi128_si256(sc);
+  const int64_t one = 0x0101010101010101LL;
+  const __m256i pick = _mm256_set_epi64x(one * (4 * v + 3), one * (4 * v + 2), one * (4 * v + 1), one * (4 * v));
+  return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(both, pick));
+}
+
+template <int64_t Format>
+inline __m512i products512(__m512i u, __m512i qx) {
+  if constexpr (signed_values(Format)) {
+    const __mmask64 negative = _mm512_movepi8_mask(u);
+    return _mm512_maddubs_epi16(_mm512_abs_epi8(u), _mm512_mask_sub_epi8(qx, negative, _mm512_setzero_si512(), qx));
+  }
+  return _mm512_maddubs_epi16(u, qx);
+}
+
+template <int64_t Format, int R>
+void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
+  __m512 acc[R];
+  __m256 mins_acc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    mins_acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes(Format);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format)), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format) + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format) + 128), _MM_HINT_T0);
+    const Header h = header<Format>(blk);
+    __m256i u8[8];
+    values_avx2<Format>(blk, u8);
+    __m512i u[4], s[4];
+    const __m128i sc = words128(h.sc);
+    for (int v = 0; v < 4; ++v) {
+      u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(u8[2 * v]), u8[2 * v + 1], 1);
+      s[v] = pair_scales512(sc, v);
+    }
+    const __m256i mn = mins16(h);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = r0 + r;
+      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
+      __m512i dot = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v)
+        dot = _mm512_dpwssd_epi32(dot, products512<Format>(u[v], _mm512_loadu_si512(qx + 64 * v)), s[v]);
+      const float dx = xq.d[row * nb + b];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx * h.d), acc[r]);
+      if (h.mn_shift != 0) {
+        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
+        mins_acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md),
+                                      mins_acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) dots[r] = _mm512_reduce_add_ps(acc[r]) + hsum(mins_acc[r]);
+}
+#endif
+
+// The highest `path` this build runs: 2 with AVX-512 BW and VNNI, 1 with AVX2, FMA and F16C, else 0.
+int64_t kquant_best_path() {
+#if FRAME_KQUANT_VNNI
+  return 2;
+#elif FRAME_KQUANT_AVX2
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+template <int64_t Format>
+void tile(int64_t path, const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int rows, int64_t k,
+          float* dots) {
+#if FRAME_KQUANT_VNNI
+  if (path == 2) {
+    switch (rows) {
+      case 1: return rows_vnni<Format, 1>(w, nb, xq, r0, k, dots);
+      case 2: return rows_vnni<Format, 2>(w, nb, xq, r0, k, dots);
+      case 3: return rows_vnni<Format, 3>(w, nb, xq, r0, k, dots);
+      default: return rows_vnni<Format, 4>(w, nb, xq, r0, k, dots);
+    }
+  }
+#endif
+#if FRAME_KQUANT_AVX2
+  if (path == 1) {
+    switch (rows) {
+      case 1: return rows_avx2<Format, 1>(w, nb, xq, r0, k, dots);
+      case 2: return rows_avx2<Format, 2>(w, nb, xq, r0, k, dots);
+      case 3: return rows_avx2<Format, 3>(w, nb, xq, r0, k, dots);
+      default: return rows_avx2<Format, 4>(w, nb, xq, r0, k, dots);
+    }
+  }
+#endif
+  row_portable<Format>(w, nb, xq, r0, rows, k, dots);
+}
+
+at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                         const c10::optional<at::Tensor>& bias, int64_t path) {
+  TORCH_CHECK(format >= 0 && format < kFormats, "kquant_linear takes q4_K, q6_K, q3_K, q2_K, q5_K or iq4_xs blocks");
+  TORCH_CHECK(path >= 0 && path <= kquant_best_path(), "kquant_linear path ", path, " is not built here (best: ",
+              kquant_best_path(), ")");
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "kquant_linear takes float32 or bfloat16 x of shape [rows, in_features]");
+  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.stride(1) == 1,
+              "kquant_linear takes the weight's blocks as uint8 [out_features, row bytes], rows contiguous");
+  const at::Tensor xc = x.contiguous();
+  const int64_t m = xc.size(0), k = xc.size(1), n = blocks.size(0), nb = k / kSuper;
+  TORCH_CHECK(k % kSuper == 0 && blocks.size(1) == nb * block_bytes(format),
+              "the blocks do not hold in_features = ", k, " inputs per row in this format");
+  const float* bias_ptr = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
+                "bias must be float32 with out_features elements");
+    bias_ptr = bias->data_ptr<float>();
+  }
+  at::Tensor y = at::empty({m, n}, xc.options());
+  if (m == 0 || n == 0) return y;
+  const SuperRows xq = quantize_rows(xc);
+  const uint8_t* wp = blocks.data_ptr<uint8_t>();
+  const int64_t row_stride = blocks.stride(0);
+  const bool as_float = xc.scalar_type() == at::kFloat;
+  float* yf = as_float ? y.data_ptr<float>() : nullptr;
+  c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
+  at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+    float dots[kRowTile];
+    for (int64_t col = begin; col < end; ++col) {
+      const uint8_t* w = wp + col * row_stride;
+      for (int64_t r0 = 0; r0 < m; r0 += kRowTile) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r0));
+        with_format(format, [&](auto f) { tile<decltype(f)::value>(path, w, nb, xq, r0, rows, k, dots); });
+        for (int r = 0; r < rows; ++r) {
+          const float v = dots[r] + (bias_ptr ? bias_ptr[col] : 0.f);
+          if (as_float) yf[(r0 + r) * n + col] = v;
+          else yb[(r0 + r) * n + col] = c10::BFloat16(v);
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
+  m.def("kquant_linear(Tensor x, Tensor blocks, int format, Tensor? bias, int path) -> Tensor");
+  m.def("kquant_best_path() -> int", &kquant_best_path);
+}
+
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("kquant_linear", &kquant_linear); }

@@ -1,0 +1,142 @@
+"""The cpu platform's kernels for ggml's super-blocks of 256 (q4_K, q6_K, q3_K, q2_K, q5_K, iq4_xs), run on the
+file's own blocks by the AVX-512 VNNI, AVX2 and portable paths, against gguf's own (numpy) dequantisation.
+
+gguf-py does not quantize these types, so the blocks are random bytes with sane float16 scales: every bit pattern
+of a block is a valid block, and gguf's ``dequantize`` says what it means. ``FRAME_CPU_DISABLE=avx512_vnni`` or
+``=avx2`` makes this machine stand in for the lesser classes (the paths this CPU lacks are skipped)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from frame.weights import GGMLWeight
+from frame_platform_cpu import kernels, kquant, probe, quantized
+
+_WHY_NOT = kernels.unavailable_reason()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
+PATHS = [pytest.param({"portable": True}, id="portable"),
+         pytest.param({"portable": False, "vnni": False}, id="avx2",
+                      marks=pytest.mark.skipif(kquant.isa_path() == "portable", reason="no AVX2, FMA and F16C")),
+         pytest.param({"portable": False, "vnni": True}, id="avx512_vnni",
+                      marks=pytest.mark.skipif(kquant.isa_path() != "avx512_vnni", reason="no AVX-512 VNNI and BW"))]
+FORMATS = list(kquant.KQUANT_FORMATS)
+
+#: Block bytes and where each type's float16 scales sit: (start byte, count, signed).
+LAYOUT: dict[str, tuple[int, tuple[int, int, bool]]] = {
+    "q2_k": (84, (80, 2, False)),  # d, dmin after scales and values
+    "q3_k": (110, (108, 1, True)),
+    "q4_k": (144, (0, 2, False)),
+    "q5_k": (176, (0, 2, False)),
+    "q6_k": (210, (208, 1, True)),
+    "iq4_xs": (136, (0, 1, True)),
+}
+
+
+def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
+    """Random bytes in ``fmt``'s super-blocks, but for float16 scales drawn from [0.0005, 0.0045] (signed where
+    ggml's scale may be negative)."""
+    size, (start, count, signed) = LAYOUT[fmt]
+    gen = torch.Generator().manual_seed(seed)
+    blocks = torch.randint(0, 256, (rows, inputs // 256, size), generator=gen, dtype=torch.uint8)
+    scale = torch.rand(rows, inputs // 256, count, generator=gen) * 0.004 + 0.0005
+    if signed:
+        scale = scale * (torch.randint(0, 2, scale.shape, generator=gen) * 2 - 1)
+    blocks[..., start : start + 2 * count] = scale.half().view(torch.uint8)
+    return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
+
+
+def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernel sees it: each super-block of 256 rounded to int8 steps of max|x| / 127 (half to even, as
+    C++'s nearbyint), in float64."""
+    blocks = x.float().reshape(x.shape[0], -1, 256)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    q = torch.round(blocks * inverse).double()
+    return (q * (amax / 127).double()).reshape(x.shape)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])
+# 1: a lone output row; 37: an odd count that splits unevenly over the threads.
+@pytest.mark.parametrize("out_features", [1, 37])
+def test_each_type_is_its_dequantised_product(fmt: str, rows: int, out_features: int, path: dict) -> None:
+    inputs = 768  # three super-blocks a row
+    weight = random_blocks(fmt, out_features, inputs, seed=out_features + rows)
+    bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, inputs, generator=torch.Generator().manual_seed(rows))
+    kernel = kquant.kquant_linear(weight, bias, **path)
+    assert kernel is not None
+    y = kernel(x)
+    dense = weight.dequantize().double()
+    # Exact arithmetic on the int8-rounded x: each super-block's integer products are summed exactly, so only
+    # float32 rounding of a few per-super-block terms and their sum remains.
+    exact = quantized_inputs(x) @ dense.T + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
+    # Against float32 x: rounding x to 255 levels per 256 inputs moves each product by at most max|x| / 254.
+    loose = F.linear(x.double(), dense, bias.double())
+    amax = x.abs().reshape(rows, -1, 256).amax(-1).double()  # [rows, super-blocks]
+    bound = (amax / 254).repeat_interleave(256, dim=1) @ dense.abs().T
+    assert ((y.double() - loose).abs() <= bound * 1.01 + 1e-4).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_paths_agree_and_rows_do_not_depend_on_their_batch(fmt: str) -> None:
+    weight = random_blocks(fmt, 50, 1536, seed=4)
+    x = torch.randn(6, 1536, generator=torch.Generator().manual_seed(5))
+    plain = kquant.kquant_linear(weight, None, portable=True)(x)
+    for path in PATHS[1:]:
+        if any(mark.args[0] for mark in path.marks):  # a path this CPU lacks
+            continue
+        linear = kquant.kquant_linear(weight, None, **path.values[0])
+        together = linear(x)
+        torch.testing.assert_close(together, plain, rtol=1e-5, atol=1e-4)  # only float32 summation order differs
+        for row in (0, 5):  # a lone row runs the same tile of one, so the same sums bit for bit
+            assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_bfloat16_rows_come_back_bfloat16(path: dict) -> None:
+    weight = random_blocks("q4_k", 32, 512)
+    xb = torch.randn(5, 512, generator=torch.Generator().manual_seed(3)).bfloat16()
+    y = kquant.kquant_linear(weight, None, **path)(xb)
+    assert y.dtype == torch.bfloat16
+    exact = quantized_inputs(xb.float()) @ weight.dequantize().double().T
+    torch.testing.assert_close(y.double(), exact, rtol=2**-8, atol=1e-3)
+
+
+def test_the_weight_is_read_in_place() -> None:
+    # The kernel keeps the file's blocks (a memory-mapped tensor in a real load), not a copy: changing them
+    # changes the product.
+    weight = random_blocks("q6_k", 16, 256)
+    kernel = quantized.ggml_linear(weight, None)
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1))
+    before = kernel(x)
+    weight.tensors["blocks"][:, :128] ^= 0x11  # some of q6_K's low bits
+    assert not torch.equal(kernel(x), before)
+    exact = quantized_inputs(x) @ weight.dequantize().double().T
+    torch.testing.assert_close(kernel(x).double(), exact, rtol=1e-5, atol=1e-4)
+
+
+def test_every_type_is_served_with_its_path() -> None:
+    from frame_platform_cpu.platform import CpuPlatform
+
+    paths = CpuPlatform().kernel_paths()  # what the engine prints at start
+    for fmt in FORMATS:
+        assert fmt in quantized.served_formats()
+        assert paths[fmt] == kquant.isa_path()
+
+
+def test_the_kernel_declines_other_inputs() -> None:
+    weight = random_blocks("q4_k", 16, 256)
+    kernel = kquant.kquant_linear(weight, None)
+    assert kernel(torch.zeros(2, 3, 256)) is None
+    assert kernel(torch.zeros(2, 256, dtype=torch.float64)) is None
+    assert kquant.kquant_linear(GGMLWeight("q4_0", torch.zeros(16, 18, dtype=torch.uint8), 32), None) is None
+
+
+def test_avx2_needs_f16c_as_the_build_does() -> None:
+    assert kquant.isa_path() in ("avx512_vnni", "avx2", "portable")
+    if kquant.isa_path() != "portable":
+        assert probe.has_avx2_fma()
