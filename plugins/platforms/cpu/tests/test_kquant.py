@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from frame.weights import GGMLWeight
-from frame_platform_cpu import kernels, kquant, probe, quantized
+from frame.weights import GGMLWeight, MixedRows
+from frame_platform_cpu import kernels, kquant, quantized
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
@@ -119,6 +119,39 @@ def test_the_weight_is_read_in_place() -> None:
     torch.testing.assert_close(kernel(x).double(), exact, rtol=1e-5, atol=1e-4)
 
 
+def test_a_weight_mixing_types_runs_each_part_in_its_own() -> None:
+    # A fused QKV of a Q4_K_M file: q4_K Q and K beside a q6_K V (and blocks of 32), each part its own kernel.
+    dense = torch.randn(56, 512, generator=torch.Generator().manual_seed(2))
+    parts = [random_blocks("q4_k", 64, 512, seed=1), GGMLWeight.quantized("q5_0", dense[:16]),
+             random_blocks("q6_k", 48, 512, seed=3), GGMLWeight.quantized("q8_0", dense[16:])]
+    mixed = MixedRows(parts)
+    layer = torch.nn.Module()
+    layer.bias = torch.randn(168, generator=torch.Generator().manual_seed(5))
+    kernel = quantized.packed_layer_kernel(layer, mixed, gated=False)
+    assert kernel is not None
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(6))
+    by_part = torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1) + layer.bias
+    assert torch.equal(kernel(x), by_part)
+    exact = torch.cat([kquant.kquant_linear(p, None, portable=True)(x) if p.format in kquant.KQUANT_FORMATS
+                       else quantized.ggml_linear(p, None, portable=True)(x) for p in parts], dim=-1)
+    torch.testing.assert_close(kernel(x), exact + layer.bias, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_parts_of_one_format_run_as_one_kernel_over_their_rows_joined(fmt: str) -> None:
+    # A fused gate-up of one super-block type arrives as its parts (views of the file): the kernel joins them and
+    # computes exactly what the joined weight's kernel, and each part's, computes.
+    parts = [random_blocks(fmt, 48, 512, seed=7), random_blocks(fmt, 40, 512, seed=8)]
+    layer = torch.nn.Module()
+    layer.bias = None
+    kernel = quantized.packed_layer_kernel(layer, MixedRows(parts), gated=False)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9))
+    joined = quantized.ggml_linear(GGMLWeight.cat(parts), None)
+    assert kernel is not None and joined is not None
+    assert torch.equal(kernel(x), joined(x))
+    assert torch.equal(kernel(x), torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1))
+
+
 def test_every_type_is_served_with_its_path() -> None:
     from frame_platform_cpu.platform import CpuPlatform
 
@@ -135,8 +168,3 @@ def test_the_kernel_declines_other_inputs() -> None:
     assert kernel(torch.zeros(2, 256, dtype=torch.float64)) is None
     assert kquant.kquant_linear(GGMLWeight("q4_0", torch.zeros(16, 18, dtype=torch.uint8), 32), None) is None
 
-
-def test_avx2_needs_f16c_as_the_build_does() -> None:
-    assert kquant.isa_path() in ("avx512_vnni", "avx2", "portable")
-    if kquant.isa_path() != "portable":
-        assert probe.has_avx2_fma()

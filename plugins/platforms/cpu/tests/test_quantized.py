@@ -1,9 +1,8 @@
-"""The cpu platform's kernels for packed ggml blocks, the AVX-512 VNNI, AVX2 and portable paths, against gguf's own
-dequantisation: q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl natively, q2_K, q3_K, q4_K, q5_K, q6_K and iq4_xs rewritten at
-load (``rewrites``).
+"""The cpu platform's kernels for packed ggml blocks of 32, the AVX-512 VNNI, AVX2 and portable paths, against gguf's
+own dequantisation: q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl (the super-block formats: test_kquant.py).
 
-gguf-py quantizes only q4_0, q4_1, q5_0, q5_1 and q8_0, so the other types' blocks here are random bytes with sane
-float16 scales: every bit pattern of a block is a valid block, and gguf's ``dequantize`` says what it means."""
+gguf-py quantizes only q4_0, q4_1, q5_0, q5_1 and q8_0, so iq4_nl's blocks here are random bytes with sane float16
+scales: every bit pattern of a block is a valid block, and gguf's ``dequantize`` says what it means."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from frame.weights import GGMLWeight, MixedRows
-from frame_platform_cpu import kernels, probe, quantized, rewrites
+from frame_platform_cpu import kernels, kquant, probe, quantized
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
@@ -105,15 +104,8 @@ LAYOUT: dict[str, tuple[int, list[tuple[int, int, bool]]]] = {
     "q5_0": (22, [(0, 1, True)]),
     "q5_1": (24, [(0, 1, False), (2, 1, True)]),  # d, then m (a signed offset)
     "iq4_nl": (18, [(0, 1, True)]),
-    "q2_k": (84, [(80, 2, False)]),  # d, dmin after scales and values
-    "q3_k": (110, [(108, 1, True)]),
-    "q4_k": (144, [(0, 2, False)]),
-    "q5_k": (176, [(0, 2, False)]),
-    "q6_k": (210, [(208, 1, True)]),
-    "iq4_xs": (136, [(0, 1, True)]),
 }
 NATIVE = ["q5_0", "q5_1", "iq4_nl"]
-REWRITTEN = list(rewrites.REWRITTEN_AS)
 #: Largest float16 scale random_blocks writes.
 SCALE = 0.0045
 
@@ -122,7 +114,7 @@ def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight
     """Random bytes in ``fmt``'s blocks, but for float16 scales drawn from [0.0005, 0.0045] (signed where ggml's
     scale may be negative)."""
     size, halves = LAYOUT[fmt]
-    per = 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
+    per = 32
     gen = torch.Generator().manual_seed(seed)
     blocks = torch.randint(0, 256, (rows, inputs // per, size), generator=gen, dtype=torch.uint8)
     for start, count, signed in halves:
@@ -133,15 +125,8 @@ def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight
     return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
 
 
-def kernel_blocks(weight: GGMLWeight) -> GGMLWeight:
-    """The blocks the kernel reads: the weight's own, or its rewriting (in the format it is rewritten as)."""
-    if weight.format not in rewrites.REWRITTEN_AS:
-        return weight
-    return GGMLWeight(rewrites.REWRITTEN_AS[weight.format], rewrites.rewrite(weight), weight.in_features)
-
-
 @pytest.mark.parametrize("portable", PATHS)
-@pytest.mark.parametrize("fmt", NATIVE + REWRITTEN)
+@pytest.mark.parametrize("fmt", NATIVE)
 @pytest.mark.parametrize("rows", [1, 4, 5])
 # 40: the VNNI layout's last group of 16 is padded; 200: one row takes groups four at a time and a padded one.
 @pytest.mark.parametrize("out_features", [40, 200])
@@ -150,35 +135,15 @@ def test_each_type_is_its_dequantised_product(fmt: str, rows: int, out_features:
     bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
     y = quantized.ggml_linear(weight, bias, **portable)(x)
-    # Exact arithmetic on the int8-rounded x and the blocks the kernel reads: each block's 32 integer products are
-    # summed exactly, so only float32 rounding of 16 per-block terms and their sum remains.
-    exact = quantized_inputs(x) @ kernel_blocks(weight).dequantize().double().T + bias.double()
+    # Exact arithmetic on the int8-rounded x: each block's 32 integer products are summed exactly, so only float32
+    # rounding of 16 per-block terms and their sum remains.
+    exact = quantized_inputs(x) @ weight.dequantize().double().T + bias.double()
     torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
     # Against gguf's dequantisation of the file's blocks and float32 x: x's rounding to 255 levels a block moves a
-    # product by at most max|x_block| / 254 of |w|, and a rewriting by its bound below; 2% of sum(|w| |x|) holds both.
+    # product by at most max|x_block| / 254 of |w|: far less than 2% of sum(|w| |x|).
     dense = weight.dequantize().double()
     loose = F.linear(x.double(), dense, bias.double())
     assert ((y.double() - loose).abs() <= 0.02 * (x.double().abs() @ dense.abs().T) + 1e-6).all()
-
-
-@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "iq4_xs"])
-def test_rewritten_values_differ_only_by_float16_scales(fmt: str) -> None:
-    weight = random_blocks(fmt, 48, 1024, seed=1)
-    exact, got = weight.dequantize().double(), kernel_blocks(weight).dequantize().double()
-    # Each sub-block's d * sc (and dmin * m) is rounded to float16 once: at most 2^-11 of each of the two terms,
-    # whose sizes are at most |w| plus the min term (63 * SCALE; iq4_xs has none).
-    mins = 0.0 if fmt == "iq4_xs" else 63 * SCALE
-    assert ((got - exact).abs() <= (exact.abs() + 2 * mins) * 2.0**-11 + 1e-12).all()
-
-
-@pytest.mark.parametrize("fmt", ["q6_k", "q3_k", "q2_k"])
-def test_requantized_values_are_within_half_an_8_bit_step(fmt: str) -> None:
-    weight = random_blocks(fmt, 48, 512, seed=2)
-    exact = weight.dequantize()
-    got = kernel_blocks(weight).dequantize()
-    step = exact.reshape(48, -1, 32).abs().amax(-1, keepdim=True) / 127
-    # Half a step, plus the float16 rounding of q8_0's d (2^-11 of it) times |q| <= 127.
-    assert ((got - exact).reshape(48, -1, 32).abs() <= step * (0.5 + 127 * 2.0**-11) + 1e-9).all()
 
 
 @pytest.mark.parametrize("fmt", ["q5_0", "q5_1"])
@@ -195,23 +160,7 @@ def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
         torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
 
 
-def test_a_weight_mixing_types_runs_each_part_in_its_own() -> None:
-    # A fused QKV of a Q4_K_M file: q4_K Q and K beside a q6_K V (and any other mix), each part its own kernel.
-    parts = [random_blocks("q4_k", 64, 512, seed=1), random_blocks("q5_0", 16, 512, seed=2),
-             random_blocks("q6_k", 48, 512, seed=3), random_blocks("iq4_nl", 40, 512, seed=4)]
-    mixed = MixedRows(parts)
-    layer = torch.nn.Module()
-    layer.bias = torch.randn(168, generator=torch.Generator().manual_seed(5))
-    kernel = quantized.packed_layer_kernel(layer, mixed, gated=False)
-    assert kernel is not None
-    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(6))
-    by_part = torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1) + layer.bias
-    assert torch.equal(kernel(x), by_part)
-    exact = quantized_inputs(x) @ torch.cat([kernel_blocks(p).dequantize() for p in parts]).double().T
-    torch.testing.assert_close(kernel(x).double(), exact + layer.bias.double(), rtol=1e-5, atol=1e-4)
-
-
-@pytest.mark.parametrize("fmt", ["q5_0", "q4_k"])
+@pytest.mark.parametrize("fmt", ["q5_0", "iq4_nl"])
 def test_parts_of_one_format_run_as_one_kernel_over_their_rows_joined(fmt: str) -> None:
     # A fused gate-up of one type arrives as its parts (views of the file): the kernel joins them for itself and
     # computes exactly what the joined weight's kernel computes.
@@ -230,11 +179,11 @@ def test_every_type_is_served_and_named_with_its_path() -> None:
     from frame_platform_cpu.platform import CpuPlatform
 
     paths = CpuPlatform().kernel_paths()  # what the engine prints at start
-    for fmt in NATIVE + REWRITTEN:
+    for fmt in NATIVE:
         assert fmt in quantized.served_formats()
-        rewritten = rewrites.REWRITTEN_AS.get(fmt)
-        suffix = f" (as {rewritten} blocks, rewritten at load)" if rewritten else ""
-        assert paths[fmt] == quantized.isa_path() + suffix
+        assert paths[fmt] == quantized.isa_path()
+    for fmt in kquant.KQUANT_FORMATS:  # the super-block formats run on the file's blocks (test_kquant.py)
+        assert paths[fmt] == kquant.isa_path()
 
 
 def test_vnni_decode_rows_match_batched_rows_for_new_formats() -> None:

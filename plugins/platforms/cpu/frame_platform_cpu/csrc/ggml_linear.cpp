@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bfloat16_bits.h"
+#include "linear_bias.h"
 #include "ggml_blocks.h"
 
 namespace {
@@ -388,12 +389,7 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   const int64_t m = xc.size(0), k = xc.size(1), n = blocks.size(0), nb = k / kBlock;
   TORCH_CHECK(k % kBlock == 0 && blocks.size(1) == nb * block_bytes(format),
               "the blocks do not hold in_features = ", k, " inputs per row in this format");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements");
-    bias_ptr = bias->data_ptr<float>();
-  }
+  const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
   const QuantizedRows xq = quantize_rows(xc, !portable);
@@ -449,12 +445,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   const int64_t m = xc.size(0), k = xc.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
   TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
   TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements");
-    bias_ptr = bias->data_ptr<float>();
-  }
+  const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
 #if FRAME_GGML_VNNI

@@ -50,35 +50,20 @@ inline uint32_t word_at(const uint8_t* p) {
   return v;
 }
 
-// A super-block's scales: sc and mn as 16 bytes each (chunk c at byte c; sc signed, mn unsigned but for the
-// offset formats, whose mn = offset * sc is formed from sc by the caller), and d, md.
+// Formats with one scale (and min) per 32 values, the two chunks of 16 sharing it.
+constexpr bool per32(int64_t format) { return format == kQ4_K || format == kQ5_K || format == kIQ4_XS; }
+// How mn is formed: -1 from the block's mins, k > 0 as sc << k (q6_K: 32 sc, q3_K: 4 sc), 0 none (iq4_xs).
+constexpr int mn_shift(int64_t format) {
+  return format == kQ6_K ? 5 : format == kQ3_K ? 2 : format == kIQ4_XS ? 0 : -1;
+}
+
+// A super-block's scales: sc (signed) and the mins (unsigned) a byte each, per chunk of 16 or, per32 formats, per
+// sub-block of 32 in the first two words; d and md.
 struct Header {
   uint32_t sc[4];
   uint32_t mn[4];
   float d, md;
-  int mn_shift;  // q6_K / q3_K: mn = sc << mn_shift (32 sc, 4 sc); -1: mn holds the mins; 0 unused
 };
-
-// q4_K / q5_K's twelve bytes of eight 6-bit scales and mins (ggml's get_scale_min_k4), in words: scales 0-3, 4-7,
-// mins 0-3, 4-7 a byte each.
-inline void k4_scales(const uint8_t* p, uint32_t out[4]) {
-  constexpr uint32_t six = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  const uint32_t a = word_at(p), b = word_at(p + 4), c = word_at(p + 8);
-  out[0] = a & six;
-  out[1] = (c & low4) | (((a >> 6) & low2) << 4);
-  out[2] = b & six;
-  out[3] = ((c >> 4) & low4) | (((b >> 6) & low2) << 4);
-}
-
-// Byte i of the 8 bytes in words lo, hi twice over: chunk c's value is sub-block c / 2's.
-inline void spread_pairs(uint32_t lo, uint32_t hi, uint32_t out[4]) {
-  const uint64_t v = lo | (static_cast<uint64_t>(hi) << 32);
-  for (int w = 0; w < 4; ++w) {
-    uint32_t word = 0;
-    for (int t = 0; t < 4; ++t) word |= static_cast<uint32_t>((v >> (8 * ((4 * w + t) / 2))) & 0xFF) << (8 * t);
-    out[w] = word;
-  }
-}
 
 // Each byte (0-63) of w less 32, as int8: the high bit set first keeps a byte from borrowing from the next.
 inline uint32_t minus32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
@@ -87,27 +72,27 @@ template <int64_t Format>
 inline Header header(const uint8_t* blk) {
   Header h{};
   if constexpr (Format == kQ4_K || Format == kQ5_K) {
-    uint32_t s[4];
-    k4_scales(blk + 4, s);
-    spread_pairs(s[0], s[1], h.sc);
-    spread_pairs(s[2], s[3], h.mn);
+    // ggml's get_scale_min_k4: eight 6-bit scales and mins in 12 bytes.
+    constexpr uint32_t six = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    const uint32_t a = word_at(blk + 4), b = word_at(blk + 8), c = word_at(blk + 12);
+    h.sc[0] = a & six;
+    h.sc[1] = (c & low4) | (((a >> 6) & low2) << 4);
+    h.mn[0] = b & six;
+    h.mn[1] = ((c >> 4) & low4) | (((b >> 6) & low2) << 4);
     h.d = half_at(blk);
     h.md = half_at(blk + 2);
-    h.mn_shift = -1;
   } else if constexpr (Format == kQ6_K) {
     for (int w = 0; w < 4; ++w) h.sc[w] = word_at(blk + 192 + 4 * w);
     h.d = h.md = half_at(blk + 208);
-    h.mn_shift = 5;
   } else if constexpr (Format == kQ3_K) {
     // ggml's q3_K scale unpacking: 16 scales of 6 bits, low 4 bits in bytes 0-7, high 2 in bytes 8-11.
     constexpr uint32_t low4 = 0x0f0f0f0f, low2 = 0x03030303;
     const uint32_t a0 = word_at(blk + 96), a1 = word_at(blk + 100), t = word_at(blk + 104);
-    const uint32_t words[4] = {(a0 & low4) | ((t & low2) << 4), (a1 & low4) | (((t >> 2) & low2) << 4),
-                               ((a0 >> 4) & low4) | (((t >> 4) & low2) << 4),
-                               ((a1 >> 4) & low4) | (((t >> 6) & low2) << 4)};
-    for (int w = 0; w < 4; ++w) h.sc[w] = minus32(words[w]);
+    h.sc[0] = minus32((a0 & low4) | ((t & low2) << 4));
+    h.sc[1] = minus32((a1 & low4) | (((t >> 2) & low2) << 4));
+    h.sc[2] = minus32(((a0 >> 4) & low4) | (((t >> 4) & low2) << 4));
+    h.sc[3] = minus32(((a1 >> 4) & low4) | (((t >> 6) & low2) << 4));
     h.d = h.md = half_at(blk + 108);
-    h.mn_shift = 2;
   } else if constexpr (Format == kQ2_K) {
     for (int w = 0; w < 4; ++w) {
       const uint32_t s = word_at(blk + 4 * w);
@@ -116,26 +101,24 @@ inline Header header(const uint8_t* blk) {
     }
     h.d = half_at(blk + 80);
     h.md = half_at(blk + 82);
-    h.mn_shift = -1;
-  } else {  // iq4_xs
+  } else {  // iq4_xs: eight 6-bit scales, low 4 bits as nibbles of bytes 4-7, high 2 in the uint16 at byte 2
     const uint32_t high = blk[2] | (static_cast<uint32_t>(blk[3]) << 8), low = word_at(blk + 4);
-    uint32_t ls[2] = {0, 0};
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint32_t v = ((low >> (4 * ib)) & 0xF) | (((high >> (2 * ib)) & 3) << 4);
-      ls[ib / 4] |= v << (8 * (ib % 4));
-    }
-    spread_pairs(minus32(ls[0]), minus32(ls[1]), h.sc);
+    for (int ib = 0; ib < 8; ++ib)
+      h.sc[ib / 4] |= (((low >> (4 * ib)) & 0xF) | (((high >> (2 * ib)) & 3) << 4)) << (8 * (ib % 4));
+    h.sc[0] = minus32(h.sc[0]);
+    h.sc[1] = minus32(h.sc[1]);
     h.d = half_at(blk);
-    h.md = 0.f;
-    h.mn_shift = 0;
   }
   return h;
 }
 
-inline int8_t sc_of(const Header& h, int c) { return static_cast<int8_t>((h.sc[c / 4] >> (8 * (c % 4))) & 0xFF); }
+inline uint8_t byte_of(const uint32_t* words, int i) { return static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4))); }
+template <int64_t Format>
+inline int32_t sc_of(const Header& h, int c) { return static_cast<int8_t>(byte_of(h.sc, per32(Format) ? c / 2 : c)); }
+template <int64_t Format>
 inline int32_t mn_of(const Header& h, int c) {
-  if (h.mn_shift > 0) return sc_of(h, c) * (1 << h.mn_shift);
-  return h.mn_shift < 0 ? static_cast<int32_t>((h.mn[c / 4] >> (8 * (c % 4))) & 0xFF) : 0;
+  if constexpr (mn_shift(Format) > 0) return sc_of<Format>(h, c) * (1 << mn_shift(Format));
+  return mn_shift(Format) < 0 ? byte_of(h.mn, per32(Format) ? c / 2 : c) : 0;
 }
 
 // A super-block's 256 u, plain C++.
@@ -240,10 +223,21 @@ inline void values_avx2(const uint8_t* blk, __m256i* u) {
 inline __m128i words128(const uint32_t* w) {
   return _mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]), static_cast<int>(w[1]), static_cast<int>(w[0]));
 }
+// Bytes a chunk of 16 (chunk c at byte c) from Header words: per32 formats' bytes doubled.
+template <int64_t Format>
+inline __m128i chunk_bytes(const uint32_t* w) {
+  if constexpr (per32(Format)) {
+    const __m128i v = _mm_cvtsi64_si128(static_cast<int64_t>(w[0] | (static_cast<uint64_t>(w[1]) << 32)));
+    return _mm_shuffle_epi8(v, _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0));
+  }
+  return words128(w);
+}
 // mn as 16 int16 lanes (chunk c in lane c).
+template <int64_t Format>
 inline __m256i mins16(const Header& h) {
-  if (h.mn_shift > 0) return _mm256_slli_epi16(_mm256_cvtepi8_epi16(words128(h.sc)), h.mn_shift);
-  return _mm256_cvtepu8_epi16(words128(h.mn));
+  if constexpr (mn_shift(Format) > 0)
+    return _mm256_slli_epi16(_mm256_cvtepi8_epi16(chunk_bytes<Format>(h.sc)), mn_shift(Format));
+  return _mm256_cvtepu8_epi16(chunk_bytes<Format>(h.mn));
 }
 #endif
 

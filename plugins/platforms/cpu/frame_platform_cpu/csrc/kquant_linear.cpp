@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "linear_bias.h"
 #include "kquant_blocks.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__) && FRAME_KQUANT_AVX2
@@ -32,7 +33,8 @@
 namespace {
 
 using namespace kquant_blocks;
-constexpr int kRowTile = 4;  // rows of x per pass over a weight row
+constexpr int kRowTile = 4;   // rows of x per pass over a weight row (AVX2, portable: 16 vector registers)
+constexpr int kVnniTile = 8;  // the same with 32 (a super-block's unpacked u and scales stay in registers)
 
 // x's rows quantized per super-block: q [m][k] int8, d [m][k / 256] float32, sums [m][k / 16] int16.
 struct SuperRows {
@@ -97,8 +99,8 @@ void row_portable(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0,
       for (int c = 0; c < 16; ++c) {
         int32_t chunk = 0;
         for (int i = 16 * c; i < 16 * c + 16; ++i) chunk += u[i] * qx[i];
-        dot += sc_of(h, c) * chunk;
-        mins += mn_of(h, c) * sums[c];
+        dot += sc_of<Format>(h, c) * chunk;
+        mins += mn_of<Format>(h, c) * sums[c];
       }
       const float dx = xq.d[row * nb + b];
       dots[r] += dx * (h.d * static_cast<float>(dot) - h.md * static_cast<float>(mins));
@@ -137,8 +139,8 @@ void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
     const Header h = header<Format>(blk);
     __m256i u[8];
     values_avx2<Format>(blk, u);
-    const __m128i sc = words128(h.sc);
-    const __m256i mn = mins16(h);
+    const __m128i sc = chunk_bytes<Format>(h.sc);
+    const __m256i mn = mins16<Format>(h);
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r;
       const int8_t* qx = xq.q.data() + row * k + b * kSuper;
@@ -151,7 +153,7 @@ void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
       const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
       const float dx = xq.d[row * nb + b];
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx * h.d), acc[r]);
-      if (h.mn_shift != 0)
+      if constexpr (mn_shift(Format) != 0)
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md), acc[r]);
     }
   }
@@ -194,12 +196,12 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
     __m256i u8[8];
     values_avx2<Format>(blk, u8);
     __m512i u[4], s[4];
-    const __m128i sc = words128(h.sc);
+    const __m128i sc = chunk_bytes<Format>(h.sc);
     for (int v = 0; v < 4; ++v) {
       u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(u8[2 * v]), u8[2 * v + 1], 1);
       s[v] = pair_scales512(sc, v);
     }
-    const __m256i mn = mins16(h);
+    const __m256i mn = mins16<Format>(h);
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r;
       const int8_t* qx = xq.q.data() + row * k + b * kSuper;
@@ -209,7 +211,7 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
         dot = _mm512_dpwssd_epi32(dot, products512<Format>(u[v], _mm512_loadu_si512(qx + 64 * v)), s[v]);
       const float dx = xq.d[row * nb + b];
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx * h.d), acc[r]);
-      if (h.mn_shift != 0) {
+      if constexpr (mn_shift(Format) != 0) {
         const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
         mins_acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md),
                                       mins_acc[r]);
@@ -240,7 +242,11 @@ void tile(int64_t path, const uint8_t* w, int64_t nb, const SuperRows& xq, int64
       case 1: return rows_vnni<Format, 1>(w, nb, xq, r0, k, dots);
       case 2: return rows_vnni<Format, 2>(w, nb, xq, r0, k, dots);
       case 3: return rows_vnni<Format, 3>(w, nb, xq, r0, k, dots);
-      default: return rows_vnni<Format, 4>(w, nb, xq, r0, k, dots);
+      case 4: return rows_vnni<Format, 4>(w, nb, xq, r0, k, dots);
+      case 5: return rows_vnni<Format, 5>(w, nb, xq, r0, k, dots);
+      case 6: return rows_vnni<Format, 6>(w, nb, xq, r0, k, dots);
+      case 7: return rows_vnni<Format, 7>(w, nb, xq, r0, k, dots);
+      default: return rows_vnni<Format, 8>(w, nb, xq, r0, k, dots);
     }
   }
 #endif
@@ -270,12 +276,7 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t 
   const int64_t m = xc.size(0), k = xc.size(1), n = blocks.size(0), nb = k / kSuper;
   TORCH_CHECK(k % kSuper == 0 && blocks.size(1) == nb * block_bytes(format),
               "the blocks do not hold in_features = ", k, " inputs per row in this format");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements");
-    bias_ptr = bias->data_ptr<float>();
-  }
+  const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
   const SuperRows xq = quantize_rows(xc);
@@ -285,11 +286,12 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t 
   float* yf = as_float ? y.data_ptr<float>() : nullptr;
   c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
   at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
-    float dots[kRowTile];
+    float dots[kVnniTile];
+    const int64_t row_tile = path == 2 ? kVnniTile : kRowTile;
     for (int64_t col = begin; col < end; ++col) {
       const uint8_t* w = wp + col * row_stride;
-      for (int64_t r0 = 0; r0 < m; r0 += kRowTile) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRowTile, m - r0));
+      for (int64_t r0 = 0; r0 < m; r0 += row_tile) {
+        const int rows = static_cast<int>(std::min<int64_t>(row_tile, m - r0));
         with_format(format, [&](auto f) { tile<decltype(f)::value>(path, w, nb, xq, r0, rows, k, dots); });
         for (int r = 0; r < rows; ++r) {
           const float v = dots[r] + (bias_ptr ? bias_ptr[col] : 0.f);

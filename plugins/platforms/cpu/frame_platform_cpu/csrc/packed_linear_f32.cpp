@@ -35,6 +35,8 @@
 #include <immintrin.h>
 #endif
 
+#include "linear_bias.h"
+
 namespace {
 
 constexpr int64_t kPanel = 16;  // output columns per packed panel: two ymm registers (one zmm) of float32
@@ -212,12 +214,7 @@ at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, cons
   TORCH_CHECK(n % kPanel == 0 && packed.numel() == n * k,
               "the packed weight must hold out_features x in_features with out_features a multiple of 16; pack it "
               "with frame_platform_cpu.kernels.pack_weight_f32");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements");
-    bias_ptr = bias->data_ptr<float>();
-  }
+  const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0) return y.to(x.scalar_type());
   const at::Tensor pc = packed.contiguous();
