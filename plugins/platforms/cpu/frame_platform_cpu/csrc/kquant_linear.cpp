@@ -10,7 +10,7 @@
 // signed levels through their absolute value and x's sign), times sc with vpmaddwd (AVX2) or vpdpwssd (AVX-512
 // VNNI), the mins against x's sums per 16 with vpmaddwd. `path` picks the code: 0 plain C++ (CPUs without AVX2),
 // 1 AVX2, 2 AVX-512 BW + VNNI (512-bit vectors); all sum the same integers, so they differ only in the order of
-// the float32 super-block sums.
+// the float32 sums (q6_K and q3_K, whose offsets stay in the one integer per super-block: not at all).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -85,6 +85,9 @@ SuperRows quantize_rows(const at::Tensor& x) {
 // q6_K's and q3_K's offsets (w = d sc (u - 32), d sc (u - 4)) share the scale d, so their mins term leaves the
 // integer sum before it meets a float, as llama.cpp's dot products do: two float32 terms far larger than their
 // difference, cancelling, lost up to 8e-6 of sum(|w| |x|) on SmolLM2's down projections (inputs up to 2,615).
+// The vector paths reduce the super-block's lanes to that one integer before converting it: a lane holds u q_x
+// of some chunks and the mins of others, so lanes converted and scaled one by one still cancel as floats (that was
+// the AVX2 and VNNI kernels' 4e-6 of sum(|w| |x|) where the portable one, and llama.cpp, stay at 1e-7).
 constexpr bool exact_offset(int64_t format) { return mn_shift(format) > 0; }
 
 // One weight row against `rows` rows of x (from r0), plain C++.
@@ -117,6 +120,13 @@ void row_portable(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0,
 }
 
 #if FRAME_KQUANT_AVX2
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -140,7 +150,11 @@ inline __m256i products(__m256i u, __m256i qx) {
 template <int64_t Format, int R>
 void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
   __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  float exact[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    exact[r] = 0.f;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * block_bytes(Format);
     _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format)), _MM_HINT_T0);
@@ -160,13 +174,16 @@ void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
       }
       const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
       const float dx = xq.d[row * nb + b];
-      if constexpr (exact_offset(Format)) dot = _mm256_sub_epi32(dot, _mm256_madd_epi16(mn, sums));
+      if constexpr (exact_offset(Format)) {  // as row_portable: one integer, then the floats
+        exact[r] += dx * (h.d * static_cast<float>(hsum_epi32(_mm256_sub_epi32(dot, _mm256_madd_epi16(mn, sums)))));
+        continue;
+      }
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx * h.d), acc[r]);
       if constexpr (mn_shift(Format) < 0)
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) dots[r] = hsum(acc[r]);
+  for (int r = 0; r < R; ++r) dots[r] = exact_offset(Format) ? exact[r] : hsum(acc[r]);
 }
 #endif
 
@@ -192,9 +209,11 @@ template <int64_t Format, int R>
 void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
   __m512 acc[R];
   __m256 mins_acc[R];
+  float exact[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm512_setzero_ps();
     mins_acc[r] = _mm256_setzero_ps();
+    exact[r] = 0.f;
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * block_bytes(Format);
@@ -219,9 +238,11 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
       for (int v = 0; v < 4; ++v)
         dot = _mm512_dpwssd_epi32(dot, products512<Format>(u[v], _mm512_loadu_si512(qx + 64 * v)), s[v]);
       const float dx = xq.d[row * nb + b];
-      if constexpr (exact_offset(Format)) {
+      if constexpr (exact_offset(Format)) {  // as row_portable: one integer, then the floats
         const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
-        dot = _mm512_sub_epi32(dot, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_madd_epi16(mn, sums), 0));
+        const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(dot), _mm512_extracti64x4_epi64(dot, 1));
+        exact[r] += dx * (h.d * static_cast<float>(hsum_epi32(_mm256_sub_epi32(half, _mm256_madd_epi16(mn, sums)))));
+        continue;
       }
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx * h.d), acc[r]);
       if constexpr (mn_shift(Format) < 0) {
@@ -231,7 +252,8 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
       }
     }
   }
-  for (int r = 0; r < R; ++r) dots[r] = _mm512_reduce_add_ps(acc[r]) + hsum(mins_acc[r]);
+  for (int r = 0; r < R; ++r)
+    dots[r] = exact_offset(Format) ? exact[r] : _mm512_reduce_add_ps(acc[r]) + hsum(mins_acc[r]);
 }
 #endif
 
