@@ -25,15 +25,34 @@ def packed(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
     return GGMLWeight.quantized(fmt, torch.randn(rows, inputs, generator=torch.Generator().manual_seed(seed)))
 
 
-def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernel sees it: each block of 32 rounded to int8 steps of max|x| / 127 (half to even, as C++'s
-    nearbyint), in float64."""
-    blocks = x.double().reshape(x.shape[0], -1, 32)
+def rounded_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x per block of 32 as llama.cpp's q8_0 / q8_1 round it: int8 steps q of d_x = max|x| / 127 (x times 127 /
+    max|x| in float32, half to even as C++'s nearbyint), and d_x in float32 ``[rows, blocks, 1]``."""
+    blocks = x.float().reshape(x.shape[0], -1, 32)
     amax = blocks.abs().amax(-1, keepdim=True)
-    scale = (amax / 127).float().double()  # the kernel keeps d_x in float32
-    inverse = torch.where(amax > 0, (127 / amax.float()).double(), torch.zeros_like(amax))
-    q = torch.round((blocks.float() * inverse.float()).double())
-    return (q * scale).reshape(x.shape)
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    return torch.round(blocks * inverse), amax / 127
+
+
+def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernel sees it (q8_0): q d_x with d_x kept as float16, as llama.cpp's blocks keep it, in float64."""
+    q, scale = rounded_blocks(x)
+    return (q.double() * scale.half().double()).reshape(x.shape)
+
+
+def llama_cpp_product(x: torch.Tensor, weight: GGMLWeight) -> torch.Tensor:
+    """``x W^T`` exactly as llama.cpp's dot products define it, in float64: x as :func:`quantized_inputs`, and for a
+    weight with a min (q4_1, q5_1) the min times q8_1's s_x = float16(d_x sum(q_x)), with d_x before its rounding."""
+    y = quantized_inputs(x) @ weight.dequantize().double().T
+    if weight.format in ("q4_1", "q5_1"):
+        q, scale = rounded_blocks(x)
+        sums = q.sum(-1)  # [rows, blocks]
+        s_x = (scale.squeeze(-1) * sums).half().double()
+        nb = weight.in_features // 32
+        mins = weight.tensors["blocks"].reshape(-1, nb, 20 if weight.format == "q4_1" else 24)[..., 2:4]
+        m = mins.contiguous().view(torch.float16).reshape(-1, nb).double()
+        y = y + (s_x - scale.squeeze(-1).half().double() * sums.double()) @ m.T
+    return y
 
 
 @pytest.mark.parametrize("portable", PATHS)
@@ -52,7 +71,7 @@ def test_ggml_linear_is_the_dequantised_product(fmt: str, rows: int, out_feature
     dense = weight.dequantize().double()
     # Exact arithmetic on the int8-rounded x: the kernel sums each block's 32 integer products exactly, so only
     # float32 rounding of the per-block terms and their sum (96 inputs: 3 blocks) remains, ~1e-6 of the scale.
-    exact = quantized_inputs(x) @ dense.T + bias.double()
+    exact = llama_cpp_product(x, weight) + bias.double()
     torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
     # Against float32 x: rounding x to 255 levels per block moves each product by at most max|x_block| / 254, so
     # a dot over 96 inputs moves by far less than 2% of sum(|w| |x|).
@@ -70,7 +89,7 @@ def test_bfloat16_rows_come_back_bfloat16(portable: dict) -> None:
     assert y.dtype == torch.bfloat16
     # The kernel quantizes the bfloat16 rows per block exactly as float32 ones (a bfloat16 value is one), so the
     # only further error is the result's one rounding to bfloat16 (8 bits of mantissa).
-    exact = quantized_inputs(xb.float()) @ weight.dequantize().double().T
+    exact = llama_cpp_product(xb.float(), weight)
     torch.testing.assert_close(y.double(), exact, rtol=2**-8, atol=1e-3)
 
 
@@ -137,7 +156,7 @@ def test_each_type_is_its_dequantised_product(fmt: str, rows: int, out_features:
     y = quantized.ggml_linear(weight, bias, **portable)(x)
     # Exact arithmetic on the int8-rounded x: each block's 32 integer products are summed exactly, so only float32
     # rounding of 16 per-block terms and their sum remains.
-    exact = quantized_inputs(x) @ weight.dequantize().double().T + bias.double()
+    exact = llama_cpp_product(x, weight) + bias.double()
     torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-4)
     # Against gguf's dequantisation of the file's blocks and float32 x: x's rounding to 255 levels a block moves a
     # product by at most max|x_block| / 254 of |w|: far less than 2% of sum(|w| |x|).
@@ -156,7 +175,7 @@ def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
         if any(mark.args[0] for mark in portable.marks):  # a path this CPU lacks
             continue
         y = quantized.ggml_linear(weight, None, **portable.values[0])(x)
-        exact = quantized_inputs(x) @ weight.dequantize().double().T
+        exact = llama_cpp_product(x, weight)
         torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
 
 

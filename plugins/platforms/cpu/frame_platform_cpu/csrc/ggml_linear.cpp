@@ -3,7 +3,8 @@
 // model served with `--quantization gguf`.
 //
 // The weight is never expanded in memory. Each row of x is first quantized per block of 32 inputs to int8 with
-// one float32 scale d_x = max|x| / 127 (and s_x = d_x * sum(q_x)), as llama.cpp does for its own dot products;
+// one scale d_x = max|x| / 127 (and s_x = d_x * sum(q_x)), exactly as llama.cpp's q8_0 and q8_1 blocks hold x for
+// its own dot products: d_x rounded to float16, and q8_1's s_x (q4_1, q5_1) the float16 of the unrounded product;
 // a weight block is then unpacked in registers once (ggml_blocks.h: nibbles, a 5th bit, or iq4_nl's table become
 // 32 bytes) and multiplied by the int8 inputs of up to four rows with integer multiply-adds (`vpmaddubsw`,
 // `vpmaddwd`), scaled once per block:
@@ -54,8 +55,18 @@ struct QuantizedRows {
   std::vector<int32_t> sum;
 };
 
+// llama.cpp keeps a block's d_x as float16, and q8_1's s_x (the weight with a min: q4_1, q5_1) as the float16 of
+// d_x * sum(q_x) with the unrounded d_x; for the offset formats s_x is d_x * sum(q_x) exactly (its dot products take
+// the offset in the integer sum). Rounding as it does keeps frame's products within float32 noise of its (on
+// SmolLM2's q5_1 inputs they differed by up to 1.6e-3 of sum(|w| |x|) with d_x and s_x left in float32).
+inline void block_scales(float amax, int sum, bool q8_1, float* d, float* s) {
+  const float scale = amax / 127.f;
+  *d = static_cast<float>(c10::Half(scale));
+  *s = q8_1 ? static_cast<float>(c10::Half(scale * static_cast<float>(sum))) : *d * static_cast<float>(sum);
+}
+
 template <typename T>
-void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
+void quantize_row(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, float* s, int32_t* sums) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     float xs[kBlock];
     float amax = 0.f;
@@ -63,7 +74,6 @@ void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t*
       xs[i] = static_cast<float>(x[b * kBlock + i]);
       amax = std::max(amax, std::fabs(xs[i]));
     }
-    const float scale = amax / 127.f;
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     int sum = 0;
     for (int i = 0; i < kBlock; ++i) {
@@ -71,8 +81,7 @@ void quantize_row(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t*
       q[b * kBlock + i] = static_cast<int8_t>(v);
       sum += v;
     }
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
+    block_scales(amax, sum, q8_1, d + b, s + b);
     sums[b] = sum;
   }
 }
@@ -87,25 +96,24 @@ inline __m512 load16_as_float(const c10::BFloat16* x) {
 }
 
 template <typename T>
-void quantize_row_avx512(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
+void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, float* s, int32_t* sums) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const __m512 lo = load16_as_float(x + b * kBlock), hi = load16_as_float(x + b * kBlock + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    const float scale = amax / 127.f;
     const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
     const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inv)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtepi32_epi8(qhi));
     const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
+    block_scales(amax, sum, q8_1, d + b, s + b);
     sums[b] = sum;
   }
 }
 #endif
 
-// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++.
-QuantizedRows quantize_rows(const at::Tensor& x, bool simd) {
+// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++. `q8_1`:
+// s_x as llama.cpp's q8_1 (the format has a min), else as its q8_0.
+QuantizedRows quantize_rows(const at::Tensor& x, bool simd, bool q8_1) {
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t nb = k / kBlock;
   QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb),
@@ -118,15 +126,15 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool simd) {
       int32_t* sum = out.sum.data() + r * nb;
 #if FRAME_GGML_VNNI
       if (simd) {
-        if (x.scalar_type() == at::kFloat) quantize_row_avx512(x.data_ptr<float>() + r * k, k, q, d, s, sum);
-        else quantize_row_avx512(x.data_ptr<c10::BFloat16>() + r * k, k, q, d, s, sum);
+        if (x.scalar_type() == at::kFloat) quantize_row_avx512(x.data_ptr<float>() + r * k, k, q8_1, q, d, s, sum);
+        else quantize_row_avx512(x.data_ptr<c10::BFloat16>() + r * k, k, q8_1, q, d, s, sum);
         continue;
       }
 #endif
       if (x.scalar_type() == at::kFloat) {
-        quantize_row(x.data_ptr<float>() + r * k, k, q, d, s, sum);
+        quantize_row(x.data_ptr<float>() + r * k, k, q8_1, q, d, s, sum);
       } else {
-        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, q, d, s, sum);
+        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, q8_1, q, d, s, sum);
       }
     }
   });
@@ -392,7 +400,7 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
-  const QuantizedRows xq = quantize_rows(xc, !portable);
+  const QuantizedRows xq = quantize_rows(xc, !portable, has_min(format));
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   const int64_t row_bytes = blocks.size(1);
   const bool as_float = xc.scalar_type() == at::kFloat;
@@ -449,7 +457,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
 #if FRAME_GGML_VNNI
-  const QuantizedRows xq = quantize_rows(xc, true);
+  const QuantizedRows xq = quantize_rows(xc, true, has_min(format));
   const uint8_t* qp = qs.data_ptr<uint8_t>();
   const uint16_t* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
   const int64_t group_qbytes = nb * quads * 64, group_scales = nb * nscales * 16;
