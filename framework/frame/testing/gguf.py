@@ -179,10 +179,11 @@ def write_gguf(source: WeightSource, path: Path, architecture: str, num_layers: 
 
 def int8_block_rounded(x: torch.Tensor) -> torch.Tensor:
     """``x`` as llama.cpp's integer kernels see it: each block of 32 along the last dimension rounded to int8
-    steps of its ``max|x| / 127`` (the scale kept in float32), back in ``x``'s dtype."""
+    steps of its ``max|x| / 127`` (the scale kept in float16, as llama.cpp's q8_0 blocks keep it), back in ``x``'s
+    dtype."""
     blocks = x.float().reshape(*x.shape[:-1], -1, 32)
     amax = blocks.abs().amax(-1, keepdim=True)
-    scale = amax / 127
+    scale = (amax / 127).half().float()
     inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
     return (torch.round(blocks * inverse) * scale).reshape(x.shape).to(x.dtype)
 
