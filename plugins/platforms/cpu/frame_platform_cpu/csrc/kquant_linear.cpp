@@ -188,12 +188,37 @@ void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
 #endif
 
 #if FRAME_KQUANT_VNNI
-// As pair_scales for 64 values (vector v: chunks 4v..4v+3), 32 int16 lanes.
-inline __m512i pair_scales512(__m128i sc, int v) {
-  const __m256i both = _mm256_broadcastsi128_si256(sc);
-  const int64_t one = 0x0101010101010101LL;
-  const __m256i pick = _mm256_set_epi64x(one * (4 * v + 3), one * (4 * v + 2), one * (4 * v + 1), one * (4 * v));
-  return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(both, pick));
+// vpermw's picks for vector v (values 64v..64v+63): int16 lane l takes chunk 4v + l / 8's scale, so each vpmaddubsw
+// lane pair (2 values) meets its chunk's scale in vpdpwssd.
+alignas(64) constexpr int16_t kScalePicks[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+// As pair_scales for 64 values (vector v: chunks 4v..4v+3), 32 int16 lanes, from the 16 scales widened once.
+inline __m512i pair_scales512(__m512i scales16, int v) {
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kScalePicks[v]), scales16);
+}
+
+// A super-block's 256 u as 4 vectors of 64 bytes (vector v: values 64v..64v+63). q4_K's byte l of its 32-byte
+// group v holds value 64v + l in its low nibble and 64v + 32 + l in its high: one load to both halves, the upper
+// shifted by 4. Other formats through values_avx2.
+template <int64_t Format>
+inline void values512(const uint8_t* blk, __m512i* u) {
+  if constexpr (Format == kQ4_K) {
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int v = 0; v < 4; ++v) {
+      const __m512i q = _mm512_broadcast_i64x4(load32(blk + 16 + 32 * v));
+      u[v] = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), low4);
+    }
+  } else {
+    __m256i u8[8];
+    values_avx2<Format>(blk, u8);
+    for (int v = 0; v < 4; ++v) u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(u8[2 * v]), u8[2 * v + 1], 1);
+  }
 }
 
 template <int64_t Format>
@@ -221,14 +246,10 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
     _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format) + 64), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * block_bytes(Format) + 128), _MM_HINT_T0);
     const Header h = header<Format>(blk);
-    __m256i u8[8];
-    values_avx2<Format>(blk, u8);
     __m512i u[4], s[4];
-    const __m128i sc = chunk_bytes<Format>(h.sc);
-    for (int v = 0; v < 4; ++v) {
-      u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(u8[2 * v]), u8[2 * v + 1], 1);
-      s[v] = pair_scales512(sc, v);
-    }
+    values512<Format>(blk, u);
+    const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(chunk_bytes<Format>(h.sc)));
+    for (int v = 0; v < 4; ++v) s[v] = pair_scales512(scales16, v);
     const __m256i mn = mins16<Format>(h);
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r;
