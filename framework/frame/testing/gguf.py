@@ -169,6 +169,8 @@ def write_gguf(source: WeightSource, path: Path, architecture: str, num_layers: 
         if mapped is None:
             raise NoLlamaCppName(f"llama.cpp has no {architecture} name for {name!r}")
         value = convert(name, tensor) if convert is not None else tensor
+        if value.dim() == 2 and value.shape[0] == 1:
+            value = value[0]  # ggml counts no trailing size-1 dimension: llama.cpp's files hold a one-row matrix flat
         array, qtype = stored(f"{mapped}.{kind}", value, file_type)
         writer.add_tensor(f"{mapped}.{kind}", array, raw_dtype=qtype)
     writer.write_header_to_file()

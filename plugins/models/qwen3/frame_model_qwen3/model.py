@@ -72,5 +72,9 @@ class QwenModel(DecoderLM):
             RMSNorm(hidden, args.norm_eps, device, dtype), mlp)
 
     def placements(self, name: str, tensor: torch.Tensor, gguf: bool) -> list[Placement] | None:
-        """Hugging Face or llama.cpp names (llama.cpp keeps Qwen's Q/K rows in Hugging Face order)."""
+        """Hugging Face or llama.cpp names (llama.cpp keeps Qwen's Q/K rows in Hugging Face order). llama.cpp
+        declares Qwen2-MoE's shared-expert gate a vector (``{n_embd}``), and its quantizer writes it so: it is the
+        gate's one row."""
+        if gguf and isinstance(tensor, torch.Tensor) and tensor.dim() == 1 and name.endswith("_inp_shexp.weight"):
+            tensor = tensor.unsqueeze(0)
         return self.names[gguf].place(name, tensor)
