@@ -1,4 +1,4 @@
-"""llama.cpp's side of ``test_llamacpp_matrix.py``, run by the interpreter of a virtual environment holding
+"""llama.cpp's side of :mod:`frame.testing.llamacpp`, run by the interpreter of a virtual environment holding
 llama-cpp-python (never frame's): ``python llamacpp_peer.py SPEC.json`` prints one JSON line.
 
 The spec names a source GGUF, an output path and a llama.cpp preset (``Q4_K_M``, ``IQ4_XS``, ...): the source is

@@ -43,6 +43,7 @@ from frame.plugins.families import family_for
 from frame.plugins.hooks import PluginHooks
 from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
+from frame.testing.family_llamacpp import LlamaCppPresetChecks
 from frame.testing.gguf import NoLlamaCppName, as_stored, int8_activation_logits, write_gguf
 from frame.weights import open_weights
 
@@ -112,8 +113,9 @@ class PagedRunner:
         return list(logits.split([len(work[s]) for s in seqs]))
 
 
-class ModelFamilySuite:
-    """The checks every model family passes, against transformers in float32."""
+class ModelFamilySuite(LlamaCppPresetChecks):
+    """The checks every model family passes, against transformers in float32 (and, where llama-cpp-python is at
+    hand, against llama.cpp on its own quantization presets: :class:`LlamaCppPresetChecks`)."""
 
     plugin_name: ClassVar[str]
     attention_name: ClassVar[str] = "sdpa"
@@ -170,6 +172,9 @@ class ModelFamilySuite:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "case" in metafunc.fixturenames:
             metafunc.parametrize("case", [*self.architectures(), *self.extra_configs()], scope="class")
+        if "wide_case" in metafunc.fixturenames:
+            metafunc.parametrize("wide_case", [a for a in self.architectures() if self.gguf_architecture(a)],
+                                 scope="class")
 
     @pytest.fixture(scope="class")
     def hooks(self) -> PluginHooks:

@@ -58,6 +58,20 @@ class TestGemmaFamily(ModelFamilySuite):
             extra.update(attn_logit_softcapping=1.5, final_logit_softcapping=3.0)
         return super().tiny_config(architecture, **{**extra, **overrides})
 
+    def wide_config(self, architecture: str) -> PretrainedConfig:
+        config = super().wide_config(architecture)
+        if architecture != "GemmaForCausalLM":  # the converter states no other scalar than head_dim
+            config.query_pre_attn_scalar = config.head_dim
+        return config
+
+    def randomize_wide(self, model: torch.nn.Module, seed: int) -> None:
+        """Gemma's norms scale by ``1 + weight``: weights about zero scale by about one."""
+        super().randomize_wide(model, seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "norm" in name:
+                    param.sub_(1)
+
     def extra_configs(self) -> dict[str, PretrainedConfig]:
         gemma3_rope = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0},
                        "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0}}

@@ -34,6 +34,9 @@ class TestGPT2Family(ModelFamilySuite):
                  "eos_token_id": 2}
         return GPT2Config(architectures=[architecture], **{**sizes, **overrides})
 
+    def wide_config(self, architecture: str) -> PretrainedConfig:
+        return self.tiny_config(architecture, n_embd=256, n_head=4, n_positions=1024, vocab_size=96)
+
     def extra_configs(self) -> dict[str, PretrainedConfig]:
         return {"gpt2-inverse-layer-scale-exact-gelu-untied": self.tiny_config(
             "GPT2LMHeadModel", scale_attn_by_inverse_layer_idx=True, activation_function="gelu",

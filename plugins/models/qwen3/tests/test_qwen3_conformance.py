@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gguf
 import pytest
+from frame.testing.family_llamacpp import WIDE
 from frame.testing.model import ModelFamilySuite
 from transformers import PretrainedConfig
 
@@ -35,6 +36,14 @@ class TestQwen3Family(ModelFamilySuite):
         if architecture == "Qwen2MoeForCausalLM":
             extra["shared_expert_intermediate_size"] = 48
         return super().tiny_config(architecture, **{**extra, **overrides})
+
+    def wide_config(self, architecture: str) -> PretrainedConfig:
+        experts = {} if architecture == "Qwen3ForCausalLM" else {"moe_intermediate_size": 256}
+        if architecture == "Qwen3MoeForCausalLM":
+            experts["norm_topk_prob"] = True  # llama.cpp always renormalises Qwen3-MoE's top-k weights
+        if architecture == "Qwen2MoeForCausalLM":
+            experts["shared_expert_intermediate_size"] = 256
+        return self.tiny_config(architecture, **{**WIDE, **experts})
 
     def extra_configs(self) -> dict[str, PretrainedConfig]:
         return {
