@@ -45,6 +45,8 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.app, self.drain_timeout_s = app, drain_timeout_s
         self.exit_code = 0
+        #: The first SIGTERM or SIGINT that asked the server to stop (None: none did).
+        self.stopped_by: int | None = None
         self._draining_since: float | None = None
         self._signals: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -60,6 +62,8 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
         state = getattr(self.app.state, "frame", None)
         if self._draining_since is not None or state is None or self._loop is None:
             super().handle_exit(sig, frame)  # a second signal, or nothing to drain: exit now
@@ -114,4 +118,8 @@ def run_server(app: FastAPI, host: str, port: int, drain_timeout_s: float, log_l
     server = server_for(app, host, port, drain_timeout_s, log_level, http)
     _quiet_until_started(app)
     server.run(sockets=[sock or bind_socket(host, port)])
+    if server.exit_code == 0 and server.stopped_by is not None:
+        # uvicorn raises the signal again once shut down, but a SIGINT that reaches asyncio's runner while the
+        # server's task is finishing cancels nothing and is lost: the status says the signal either way.
+        return 128 + server.stopped_by
     return server.exit_code
