@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from frame.engine.wire.render import Render
@@ -36,6 +37,8 @@ def test_workers_render_as_transformers_and_survive_hostile_templates(tokenizer)
             assert await pool.render(_job()) == want
 
             first = pool.pids
+            for pid in first:  # a spinning template yields the cores to the engine
+                assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16] == "10"
             t0 = time.monotonic()
             with pytest.raises(ServerError) as err:
                 await pool.render(_job("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"

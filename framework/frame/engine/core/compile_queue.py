@@ -9,6 +9,9 @@ share one compilation. A request aborted while it waits is dropped; its grammar 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,13 @@ from frame.engine.core.grammar_cache import digest
 if TYPE_CHECKING:
     from frame.engine.core.structured import StructuredOutputManager
     from frame.engine.wire.requests import EngineRequest
+
+
+def _yield_to_steps() -> None:
+    """Run the compile thread at nice 10 (Linux schedules threads one by one): a compile at the engine's priority
+    takes a core from its compute threads, which wait for each other at every step, and stalls every request."""
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here: the compile runs as it is
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _finished(value: tuple[Any, int, float]) -> Future[tuple[Any, int, float]]:
@@ -30,7 +40,7 @@ class CompileQueue:
 
     def __init__(self, structured: StructuredOutputManager | None) -> None:
         self.structured = structured
-        self._threads = ThreadPoolExecutor(1, thread_name_prefix="frame-engine-grammar")
+        self._threads = ThreadPoolExecutor(1, thread_name_prefix="frame-engine-grammar", initializer=_yield_to_steps)
         self._jobs: dict[bytes, Future[tuple[Any, int, float]]] = {}
         self._waiting: dict[str, tuple[EngineRequest, bytes]] = {}
 
