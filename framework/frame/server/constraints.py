@@ -174,6 +174,7 @@ class ConstraintChecker:
             self._good.move_to_end(key)
             self._count("cached")
             return
+        self._check_sizes(spec, field)  # a refusal by size waits for no other request's compile
         async with self._lock:
             if key in self._good:  # compiled while this request waited
                 self._count("cached")
@@ -181,7 +182,6 @@ class ConstraintChecker:
             if disconnected is not None and await disconnected():
                 self._count("skipped_disconnected")
                 raise ClientDisconnectedError
-            self._check_sizes(spec, field)
             await self._compile(spec, field, key)
             self._count("compiled")
         self._remember(self._good, key)

@@ -4,9 +4,11 @@ Per architecture the family maps to llama.cpp, a tiny random checkpoint wide eno
 whole number of 256-wide blocks) is written as llama.cpp's converter writes it, in float32; llama.cpp quantizes it
 into each preset and reads it back (:mod:`frame.testing.llamacpp`), and frame reads the same file packed.
 
-A random model is no trained one: its next-token distribution is flat enough that near-ties are common, so the
-quantization noise both programs add flips more greedy picks than it does on a trained model (where the bundled
-SmolLM2 is held to 90%, ``tests/test_llamacpp_matrix.py``). The perplexity bound is the trained model's, 1%.
+A random model is no trained one: near-ties are commoner, so its greedy agreement is noisier than a trained
+model's, and a random model that is confidently wrong (perplexity in the thousands on 96 ids) moves its perplexity
+by percents with any rounding; :meth:`LlamaCppPresetChecks.randomize_wide` keeps every norm scaling by about one.
+The bounds are the issue's: 90% greedy agreement, perplexity within 1%. The checks are collected only where
+``FRAME_LLAMACPP_PYTHON`` names llama.cpp's interpreter.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from frame.testing.gguf import NoLlamaCppName, write_gguf
-from frame.testing.llamacpp import PRESETS, agreement, run_peer, skip_without_peer
+from frame.testing.llamacpp import PEER, PRESETS, agreement, run_peer, skip_without_peer
+from frame.testing.random_weights import randomize_
 from frame.weights import open_weights
 
 #: Sizes of the matrix's checkpoint: rows of 256 and 512 take every K-quant (llama.cpp falls back to other types
@@ -29,8 +32,9 @@ from frame.weights import open_weights
 WIDE = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 64, "vocab_size": 96, "max_position_embeddings": 1024}
 PROMPT, N_GEN, CHUNK, N_CHUNKS = 16, 128, 256, 4
-#: Greedy agreement a random checkpoint must reach (see the module's docstring); perplexity within 1%.
-RANDOM_MODEL_GREEDY = 0.8
+#: Greedy agreement every family's checkpoint must reach, as the issue asks of every family x preset (the lowest
+#: measured on these checkpoints was 0.914); perplexity within 1%.
+RANDOM_MODEL_GREEDY = 0.9
 
 
 class LlamaCppPresetChecks:
@@ -47,8 +51,6 @@ class LlamaCppPresetChecks:
         """Random values for the matrix's checkpoint, every norm scaling by about one (override where a family's
         norms scale by ``1 + weight``: a random model twice as sharp is confidently wrong, perplexity thousands on
         96 ids, and its perplexity then moves by percents with any rounding)."""
-        from frame.testing.model import randomize_
-
         randomize_(model, seed)
 
     @pytest.fixture(scope="class")
@@ -78,15 +80,16 @@ class LlamaCppPresetChecks:
         chunks = [[1] + [rng.randrange(first, config.vocab_size) for _ in range(CHUNK - 1)] for _ in range(N_CHUNKS)]
         return {"path": path, "prompt": prompt, "chunks": chunks}
 
-    @pytest.mark.slow
-    @pytest.mark.parametrize("preset", PRESETS)
-    def test_llama_cpp_preset_reads_alike(self, wide_gguf: dict[str, Any], wide_case: str, preset: str,
-                                          tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-        """llama.cpp quantizes the checkpoint into ``preset`` and reads it; frame reads the same file packed and
-        agrees on greedy picks (teacher-forced) and perplexity."""
-        prompt, chunks = wide_gguf["prompt"], wide_gguf["chunks"]
-        peer = run_peer(wide_gguf["path"], tmp_path / f"{preset}.gguf", preset, prompt, N_GEN, chunks)
-        found = agreement(peer, prompt, chunks, platform=self.platform_name, caplog=caplog)
-        print(found.describe(f"{wide_case} {preset}", peer.version), file=sys.stderr)
-        assert found.greedy >= RANDOM_MODEL_GREEDY, found
-        assert abs(found.perplexity_ratio - 1) <= 0.01, found
+    if PEER:  # collected only where FRAME_LLAMACPP_PYTHON names llama.cpp's interpreter: no skips elsewhere
+        @pytest.mark.slow
+        @pytest.mark.parametrize("preset", PRESETS)
+        def test_llama_cpp_preset_reads_alike(self, wide_gguf: dict[str, Any], wide_case: str, preset: str,
+                                              tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+            """llama.cpp quantizes the checkpoint into ``preset`` and reads it; frame reads the same file packed and
+            agrees on greedy picks (teacher-forced) and perplexity."""
+            prompt, chunks = wide_gguf["prompt"], wide_gguf["chunks"]
+            peer = run_peer(wide_gguf["path"], tmp_path / f"{preset}.gguf", preset, prompt, N_GEN, chunks)
+            found = agreement(peer, prompt, chunks, platform=self.platform_name, caplog=caplog)
+            print(found.describe(f"{wide_case} {preset}", peer.version), file=sys.stderr)
+            assert found.greedy >= RANDOM_MODEL_GREEDY, found
+            assert abs(found.perplexity_ratio - 1) <= 0.01, found

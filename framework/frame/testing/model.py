@@ -45,6 +45,7 @@ from frame.plugins.registry import PluginRegistry
 from frame.testing.attention import build_metadata
 from frame.testing.family_llamacpp import LlamaCppPresetChecks
 from frame.testing.gguf import NoLlamaCppName, as_stored, int8_activation_logits, write_gguf
+from frame.testing.random_weights import randomize_
 from frame.weights import open_weights
 
 #: Sizes of the tiny models; families whose configs spell these differently override :meth:`tiny_config`.
@@ -55,15 +56,6 @@ BLOCK_SIZE = 4
 #: of 8-bit activations (measured worst: 3.4% off the float32 logits, but for the Gemma 3 six-layer case, 18% off
 #: them and 3e-7 off the 8-bit ones on the CPU platform's kernels).
 PACKED_LOGIT_TOLERANCE = 0.05
-
-
-def randomize_(model: torch.nn.Module, seed: int) -> None:
-    """Give every parameter (biases and norm weights too) random values, so none can go unloaded unnoticed."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=gen)
-            param.copy_(1 + 0.2 * noise if "norm" in name else 0.1 * noise)
 
 
 class EditedSource(WeightSource):
