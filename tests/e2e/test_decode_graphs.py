@@ -70,3 +70,20 @@ def test_the_cpu_platforms_recorded_steps_give_the_eager_tokens(dtype: str, chat
     assert greedy(llm, prompts[:1], 6) == [eager[0][:6]]
     # Both buckets recorded a step of a few hundred op calls (never fell back to running eagerly).
     assert replays[8].calls > 300 and replays[1].calls > 300 and replays[2].calls is None
+
+
+def test_a_dropped_engine_frees_its_weights_and_kv_pool(chat_prompts) -> None:
+    """Recorded steps must not pin the engine: every LLM a process made and dropped kept its weights and KV pool
+    while the step closures held the graphs object through its own replays (a test worker grew to 11 GB)."""
+    import gc
+    import weakref
+
+    llm = LLM(dtype="float32", attn="cpu_paged", max_model_len=256, max_num_seqs=2, quantization="none")
+    greedy(llm, chat_prompts[:1], 4)
+    runner = llm.engine.executor.worker.runner
+    assert runner.graphs is not None and runner.graphs.replays[1].calls  # a step was recorded and replayed
+    pool, weight = weakref.ref(runner.kv_caches[0][0]), weakref.ref(next(runner.model.parameters()))
+    del llm, runner
+    gc.collect()
+    assert pool() is None and weight() is None
+

@@ -77,7 +77,10 @@ class DecodeGraphs:
                                  self.max_model_len, self.block_size)
         meta = self.attention.build_metadata(common)
         ids, positions = self.input_ids[:size], self.positions[:size]
-        return lambda: self.model.compute_logits(self.model(ids, positions, self.kv_caches, meta))
+        model, kv_caches = self.model, self.kv_caches
+        # Not `self`: the recorded step would hold this object through its own replays dict, a cycle that
+        # gc.collect() was seen not to free, so every engine dropped in a process kept its weights and KV pool.
+        return lambda: model.compute_logits(model(ids, positions, kv_caches, meta))
 
     def _pad(self, start: int, stop: int) -> None:
         """Rows ``[start, stop)`` decode one token into the scratch block, reading only it."""
