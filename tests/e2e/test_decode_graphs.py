@@ -87,3 +87,19 @@ def test_a_dropped_engine_frees_its_weights_and_kv_pool(chat_prompts) -> None:
     gc.collect()
     assert pool() is None and weight() is None
 
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_the_startup_summary_says_whether_steps_are_recorded(recorded: bool) -> None:
+    import os
+
+    from frame.engine.core.loop import ready_message
+    from frame.summary import startup_summary
+
+    llm = LLM(dtype="float32", max_model_len=256, max_num_seqs=2, quantization="none",
+              platform_options={"decode_graphs": recorded})
+    ready = ready_message(llm.engine, os.getpid())
+    row = next(line for line in startup_summary(ready, llm.config, "inproc").splitlines() if "decode graphs" in line)
+    if recorded:
+        assert ready.decode_graphs == [1, 2] and row.endswith("on, 2 batch sizes up to 2")
+    else:
+        assert ready.decode_graphs == [] and "none recorded here" in row and "eagerly" in row

@@ -62,7 +62,8 @@ class EngineCore:
         weakref.finalize(self, self.executor.shutdown)
         try:
             self.num_blocks = self._pool_size()
-            self.executor.allocate_kv(self.num_blocks)
+            #: The batch-size buckets the driver rank records decode steps for (empty: eager steps).
+            self.decode_graphs = self.executor.allocate_kv(self.num_blocks)
         except BaseException:
             self.executor.shutdown()
             raise

@@ -61,7 +61,7 @@ def ready_message(core: EngineCore, pid: int) -> Ready:
                  quantization=quantization, platform=selection.platform.describe(), isa_path=isa_path,
                  attn=selection.attn, cache=selection.cache, sched=selection.sched, block_size=config.block_size,
                  kv_bytes=core.num_blocks * core.executor.bytes_per_block,
-                 kv_dtype=kv_dtype_name(selection.kv_dtype or selection.dtype))
+                 kv_dtype=kv_dtype_name(selection.kv_dtype or selection.dtype), decode_graphs=core.decode_graphs)
 
 
 def drain(inbox: queue.SimpleQueue[T], timeout_s: float) -> list[T]:

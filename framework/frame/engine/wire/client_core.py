@@ -66,6 +66,8 @@ class Ready(msgspec.Struct, tag="ready"):
     kv_bytes: int = 0
     #: The pool's dtype as ``--kv-cache-dtype`` spells it (``bfloat16``, ``int8``).
     kv_dtype: str = ""
+    #: The batch-size buckets the driver rank records decode steps for (empty: every step runs eagerly).
+    decode_graphs: list[int] = []
 
 
 class CoreLoad(msgspec.Struct, array_like=True):

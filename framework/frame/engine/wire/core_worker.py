@@ -37,6 +37,8 @@ class WorkerReady(msgspec.Struct, tag="ready"):
 
 class KVAllocated(msgspec.Struct, tag="kv_allocated"):
     rank: int
+    #: The batch sizes this rank recorded decode steps for (empty: its decode steps run eagerly).
+    decode_graphs: list[int] = []
 
 
 class StepDone(msgspec.Struct, tag="step_done"):

@@ -147,14 +147,15 @@ class Worker:
         budget = self.selection.platform.kv_cache_budget_bytes(self.config.kv_cache_fraction, model_bytes)
         return int(budget // self.runner.bytes_per_block)
 
-    def allocate_kv(self, num_blocks: int) -> None:
+    def allocate_kv(self, num_blocks: int) -> list[int]:
         """Allocate this rank's pool, then record the decode graphs where the platform and the backend allow it
-        (one rank only: recording collectives is left to a later change)."""
+        (one rank only: recording collectives is left to a later change); the batch sizes recorded."""
         wants_graphs = (self.config.cuda_graphs and self.runner.attention.supports_graphs
                         and self.parallel.world_size == 1)
         self.runner.allocate_kv(num_blocks, scratch_block=wants_graphs)
-        if wants_graphs:
-            self.capture_graphs()
+        if wants_graphs and self.capture_graphs():
+            return list(self.runner.graphs.sizes)  # type: ignore[union-attr]
+        return []
 
     def capture_graphs(self) -> bool:
         """Record the decode step per batch-size bucket through the platform (False when it records none)."""

@@ -44,8 +44,7 @@ def serve(rank: int, world_size: int, init_method: str, sockets: ChildSockets) -
             if rank == 0:
                 sockets.send(StepDone(output))
         elif isinstance(msg, AllocateKV):
-            worker.allocate_kv(msg.num_blocks)
-            sockets.send(KVAllocated(rank))
+            sockets.send(KVAllocated(rank, worker.allocate_kv(msg.num_blocks)))
         elif isinstance(msg, StopWorker):
             return 0
 

@@ -29,8 +29,9 @@ class Executor(ABC):
         """The KV blocks every rank could hold (the smallest rank's answer), before :meth:`allocate_kv`."""
 
     @abstractmethod
-    def allocate_kv(self, num_blocks: int) -> None:
-        """Allocate a pool of ``num_blocks`` blocks on every rank (each for its own KV heads)."""
+    def allocate_kv(self, num_blocks: int) -> list[int]:
+        """Allocate a pool of ``num_blocks`` blocks on every rank (each for its own KV heads); the batch sizes the
+        driver rank recorded decode steps for (empty where they run eagerly)."""
 
     @abstractmethod
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:

@@ -16,8 +16,8 @@ class InProcExecutor(Executor):
     def available_kv_blocks(self) -> int:
         return self.worker.available_kv_blocks()
 
-    def allocate_kv(self, num_blocks: int) -> None:
-        self.worker.allocate_kv(num_blocks)
+    def allocate_kv(self, num_blocks: int) -> list[int]:
+        return self.worker.allocate_kv(num_blocks)
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         return self.worker.execute(plan)

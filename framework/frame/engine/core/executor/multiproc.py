@@ -79,9 +79,10 @@ class MultiprocExecutor(Executor):
     def available_kv_blocks(self) -> int:
         return self._kv_blocks
 
-    def allocate_kv(self, num_blocks: int) -> None:
+    def allocate_kv(self, num_blocks: int) -> list[int]:
         self._broadcast(encode(AllocateKV(num_blocks)))
-        self._gather(KVAllocated, self.world_size, START_TIMEOUT_S)
+        answers = self._gather(KVAllocated, self.world_size, START_TIMEOUT_S)
+        return next((msg.decode_graphs for msg in answers if msg.rank == 0), [])
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         self._broadcast(encode(RunStep(plan)))

@@ -25,7 +25,7 @@ from frame.engine.process import (
     ray_address,
 )
 from frame.engine.wire.codec import decode, encode
-from frame.engine.wire.core_worker import FromWorker, StepDone, WorkerReady
+from frame.engine.wire.core_worker import FromWorker, KVAllocated, StepDone, WorkerReady
 from frame.engine.wire.plan import RunnerOutput, SchedulerOutput
 
 log = logging.getLogger("frame.executor.ray")
@@ -56,8 +56,8 @@ class RayRankWorker:
         self.worker = build_rank_worker(config, max_model_len, rank, world_size, init_method)
         return encode(WorkerReady(rank, self.worker.available_kv_blocks(), self.worker.runner.bytes_per_block))
 
-    def allocate_kv(self, num_blocks: int) -> None:
-        self.worker.allocate_kv(num_blocks)
+    def allocate_kv(self, num_blocks: int) -> bytes:
+        return encode(KVAllocated(self.worker.rank, self.worker.allocate_kv(num_blocks)))
 
     def execute(self, plan: bytes) -> bytes | None:
         output = self.worker.execute(decode(plan, SchedulerOutput))
@@ -117,8 +117,10 @@ class RayExecutor(Executor):
     def available_kv_blocks(self) -> int:
         return self._kv_blocks
 
-    def allocate_kv(self, num_blocks: int) -> None:
-        self._wait([a.allocate_kv.remote(num_blocks) for a in self._actors], START_TIMEOUT_S)
+    def allocate_kv(self, num_blocks: int) -> list[int]:
+        answers = self._wait([a.allocate_kv.remote(num_blocks) for a in self._actors], START_TIMEOUT_S)
+        driver = decode(answers[0], FromWorker)
+        return driver.decode_graphs if isinstance(driver, KVAllocated) else []
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         data = encode(plan)
