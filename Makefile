@@ -31,12 +31,14 @@ $(STAMP): pyproject.toml $(PLUGINS)
 # own session fixtures (servers, models): two peaked at 20 of 23.5 GiB there, so a host with less than 20 GiB
 # available gets one worker. TEST_WORKERS=N overrides.
 TEST_WORKERS ?= $(shell awk '/^MemAvailable:/ {print ($$2 >= 20 * 1024 * 1024) ? 2 : 1}' /proc/meminfo 2>/dev/null || echo 1)
-# A bound on the whole run, so that a wedged run fails with a sentence instead of holding CI until its own limit:
-# timeout signals its process group, the workers and what they started included.
+# A worker that dies (the OOM killer took one in CI) fails the run at once, naming the test it was running:
+# xdist 3.8 replaces a dead worker under --dist loadfile and then waits forever (seen here: both workers idle,
+# the session never ending). TEST_TIME_LIMIT bounds the whole run too, so that any other wedge fails with a
+# sentence instead of holding CI until its own limit (timeout signals its process group, workers included).
 TEST_TIME_LIMIT ?= 3600
 test: setup
 	OMP_WAIT_POLICY=PASSIVE timeout --kill-after=60 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) \
-		--dist loadfile || { rc=$$?; [ $$rc -lt 124 ] || echo "make test: the suite ran past TEST_TIME_LIMIT=$(TEST_TIME_LIMIT) s and was stopped"; exit $$rc; }
+		--dist loadfile --max-worker-restart 0 || { rc=$$?; [ $$rc -lt 124 ] || echo "make test: the suite ran past TEST_TIME_LIMIT=$(TEST_TIME_LIMIT) s and was stopped"; exit $$rc; }
 
 serve: setup
 	$(VENV)/bin/frame serve --host 127.0.0.1 --port 8000
