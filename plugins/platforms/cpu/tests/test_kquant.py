@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from frame.testing.ggml_blocks import random_blocks
 from frame.weights import GGMLWeight, MixedRows
 from frame_platform_cpu import kernels, kquant, quantized
 
@@ -21,30 +22,6 @@ PATHS = [pytest.param({"portable": True}, id="portable"),
          pytest.param({"portable": False, "vnni": True}, id="avx512_vnni",
                       marks=pytest.mark.skipif(kquant.isa_path() != "avx512_vnni", reason="no AVX-512 VNNI and BW"))]
 FORMATS = list(kquant.KQUANT_FORMATS)
-
-#: Block bytes and where each type's float16 scales sit: (start byte, count, signed).
-LAYOUT: dict[str, tuple[int, tuple[int, int, bool]]] = {
-    "q2_k": (84, (80, 2, False)),  # d, dmin after scales and values
-    "q3_k": (110, (108, 1, True)),
-    "q4_k": (144, (0, 2, False)),
-    "q5_k": (176, (0, 2, False)),
-    "q6_k": (210, (208, 1, True)),
-    "iq4_xs": (136, (0, 1, True)),
-}
-
-
-def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
-    """Random bytes in ``fmt``'s super-blocks, but for float16 scales drawn from [0.0005, 0.0045] (signed where
-    ggml's scale may be negative)."""
-    size, (start, count, signed) = LAYOUT[fmt]
-    gen = torch.Generator().manual_seed(seed)
-    blocks = torch.randint(0, 256, (rows, inputs // 256, size), generator=gen, dtype=torch.uint8)
-    scale = torch.rand(rows, inputs // 256, count, generator=gen) * 0.004 + 0.0005
-    if signed:
-        scale = scale * (torch.randint(0, 2, scale.shape, generator=gen) * 2 - 1)
-    blocks[..., start : start + 2 * count] = scale.half().view(torch.uint8)
-    return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
-
 
 def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
     """x as the kernel sees it: each super-block of 256 rounded to int8 steps of max|x| / 127 (half to even, as
@@ -151,21 +128,6 @@ def test_a_weight_mixing_types_runs_each_part_in_its_own() -> None:
     exact = torch.cat([kquant.kquant_linear(p, None, portable=True)(x) if p.format in kquant.KQUANT_FORMATS
                        else quantized.ggml_linear(p, None, portable=True)(x) for p in parts], dim=-1)
     torch.testing.assert_close(kernel(x), exact + layer.bias, rtol=1e-5, atol=1e-4)
-
-
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
-def test_parts_of_one_format_run_as_one_kernel_over_their_rows_joined(fmt: str) -> None:
-    # A fused gate-up of one super-block type arrives as its parts (views of the file): the kernel joins them and
-    # computes exactly what the joined weight's kernel, and each part's, computes.
-    parts = [random_blocks(fmt, 48, 512, seed=7), random_blocks(fmt, 40, 512, seed=8)]
-    layer = torch.nn.Module()
-    layer.bias = None
-    kernel = quantized.packed_layer_kernel(layer, MixedRows(parts), gated=False)
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9))
-    joined = quantized.ggml_linear(GGMLWeight.cat(parts), None)
-    assert kernel is not None and joined is not None
-    assert torch.equal(kernel(x), joined(x))
-    assert torch.equal(kernel(x), torch.cat([quantized.ggml_linear(p, None)(x) for p in parts], dim=-1))
 
 
 def test_every_type_is_served_with_its_path() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from frame.testing.ggml_blocks import random_blocks
 from frame.weights import GGMLWeight, MixedRows
 from frame_platform_cpu import kernels, kquant, probe, quantized
 
@@ -118,30 +119,7 @@ def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) ->
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
-#: Block bytes and where each type's float16 scales sit: (start byte, count, signed) per group of halves.
-LAYOUT: dict[str, tuple[int, list[tuple[int, int, bool]]]] = {
-    "q5_0": (22, [(0, 1, True)]),
-    "q5_1": (24, [(0, 1, False), (2, 1, True)]),  # d, then m (a signed offset)
-    "iq4_nl": (18, [(0, 1, True)]),
-}
 NATIVE = ["q5_0", "q5_1", "iq4_nl"]
-#: Largest float16 scale random_blocks writes.
-SCALE = 0.0045
-
-
-def random_blocks(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
-    """Random bytes in ``fmt``'s blocks, but for float16 scales drawn from [0.0005, 0.0045] (signed where ggml's
-    scale may be negative)."""
-    size, halves = LAYOUT[fmt]
-    per = 32
-    gen = torch.Generator().manual_seed(seed)
-    blocks = torch.randint(0, 256, (rows, inputs // per, size), generator=gen, dtype=torch.uint8)
-    for start, count, signed in halves:
-        scale = torch.rand(rows, inputs // per, count, generator=gen) * (SCALE - 0.0005) + 0.0005
-        if signed:
-            scale = scale * (torch.randint(0, 2, scale.shape, generator=gen) * 2 - 1)
-        blocks[..., start : start + 2 * count] = scale.half().view(torch.uint8)
-    return GGMLWeight(fmt, blocks.reshape(rows, -1), inputs)
 
 
 @pytest.mark.parametrize("portable", PATHS)
@@ -179,15 +157,15 @@ def test_gguf_quantized_5_bit_weights_run_close_to_float(fmt: str) -> None:
         torch.testing.assert_close(y.double(), exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fmt", ["q5_0", "iq4_nl"])
+@pytest.mark.parametrize("fmt", ["q5_0", "iq4_nl", "q4_k", "q6_k"])
 def test_parts_of_one_format_run_as_one_kernel_over_their_rows_joined(fmt: str) -> None:
     # A fused gate-up of one type arrives as its parts (views of the file): the kernel joins them for itself and
-    # computes exactly what the joined weight's kernel computes.
-    parts = [random_blocks(fmt, 48, 256, seed=7), random_blocks(fmt, 48, 256, seed=8)]
+    # computes exactly what the joined weight's kernel, and each part's, computes.
+    parts = [random_blocks(fmt, 48, 512, seed=7), random_blocks(fmt, 40, 512, seed=8)]
     layer = torch.nn.Module()
     layer.bias = None
     kernel = quantized.packed_layer_kernel(layer, MixedRows(parts), gated=False)
-    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(9))
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9))
     joined = quantized.ggml_linear(GGMLWeight.cat(parts), None)
     assert kernel is not None and joined is not None
     assert torch.equal(kernel(x), joined(x))
