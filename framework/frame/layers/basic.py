@@ -20,7 +20,7 @@ from torch import nn
 
 from frame.interfaces.platform import Platform
 from frame.interfaces.quantization import PackedWeight
-from frame.layers.quantized import embedding_rows, packed_weight, store_rows, with_reference
+from frame.layers.quantized import packed_weight, store_rows, table_rows, with_reference
 
 #: A platform's replacement for a layer's computation: same arguments as the layer's ``forward``, same result up
 #: to rounding, or None to decline this call (then the layer's torch reference runs).
@@ -81,19 +81,20 @@ class Linear(KernelLayer):
         return [None]
 
 
-class Embedding(nn.Module):
+class Embedding(KernelLayer):
     """A lookup table every rank holds whole (GPT-2's learned positions); the vocabulary's is
-    :class:`~frame.layers.parallel.VocabParallelEmbedding`."""
+    :class:`~frame.layers.parallel.VocabParallelEmbedding`. A platform's kernel for it (one for a table kept
+    packed) takes the ids and returns their rows."""
 
     def __init__(self, num: int, dim: int, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = empty_parameter(num, dim, device=device, dtype=dtype)
 
-    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.embedding_rows`): loading may keep it packed.
+    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.table_rows`): loading may keep it packed.
     reads_packed_rows = True
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return embedding_rows(ids, self.weight)
+        return table_rows(self, ids)
 
     def load(self, kind: str, tensor: torch.Tensor, part: str | None = None) -> None:
         copy_checked(self.weight if kind == "weight" else None, tensor, kind)
@@ -174,6 +175,6 @@ def attach_platform_kernels(model: nn.Module, platform: Platform) -> int:
         if isinstance(module, KernelLayer):
             module.kernel = platform.layer_kernel(module)
             attached += module.kernel is not None
-            if packed_weight(module) is not None:
-                module.kernel = with_reference(module, module.kernel)
+            if packed_weight(module) is not None and not getattr(module, "reads_packed_rows", False):
+                module.kernel = with_reference(module, module.kernel)  # a table falls back to its own rows
     return attached

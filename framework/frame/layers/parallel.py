@@ -20,7 +20,7 @@ from torch import nn
 
 from frame.interfaces.quantization import PackedWeight
 from frame.layers.basic import KernelLayer, Linear, SiluAndMul, copy_checked, empty_parameter
-from frame.layers.quantized import embedding_rows, note_dense_rows, store_rows
+from frame.layers.quantized import note_dense_rows, store_rows, table_rows
 from frame.parallel import HeadPartition, parallel_context
 
 
@@ -161,7 +161,7 @@ class SwiGLUProjection(ColumnParallelLinear):
         return SiluAndMul.reference(F.linear(x, weight, self.bias))
 
 
-class VocabParallelEmbedding(nn.Module):
+class VocabParallelEmbedding(KernelLayer):
     """Token embeddings with the vocabulary split over the ranks: each rank looks up the ids in its range, zeros
     the others, and the ranks' results are summed."""
 
@@ -172,15 +172,15 @@ class VocabParallelEmbedding(nn.Module):
         self.start, size = self.parallel.split(vocab_size)
         self.weight = empty_parameter(size, hidden, device=device, dtype=dtype)
 
-    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.embedding_rows`): loading may keep it packed.
+    #: Looks rows up from a packed table (:func:`~frame.layers.quantized.table_rows`): loading may keep it packed.
     reads_packed_rows = True
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not self.parallel.is_parallel:
-            return embedding_rows(input_ids, self.weight)
+            return table_rows(self, input_ids)
         local = input_ids - self.start
         outside = (local < 0) | (local >= self.weight.shape[0])
-        out = embedding_rows(local.masked_fill(outside, 0), self.weight)
+        out = table_rows(self, local.masked_fill(outside, 0))
         out.masked_fill_(outside.unsqueeze(-1), 0)
         return self.parallel.all_reduce(out)
 

@@ -11,7 +11,8 @@ table reading packed rows (:func:`embedding_rows`), read. A table quantized at l
 its lookups. The weight's packed form is ``weight.packed``; :func:`packed_weight` reads it for a platform.
 
 A layer whose weight is packed runs the platform's kernel for its format; when the platform has none or declines
-a call, :func:`with_reference` multiplies by the dequantised weight (slow, exact: the kernels' reference).
+a call, :func:`with_reference` multiplies by the dequantised weight (slow, exact: the kernels' reference). A lookup
+table kept packed asks the platform too (:func:`table_rows`), and without a kernel dequantizes the rows it reads.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def embedding_rows(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
     rows = packed.rows(unique.cpu()).dequantize(weight.dtype).to(ids.device)
     return rows[inverse].reshape(*ids.shape, rows.shape[-1])
+
+
+def table_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Rows of a lookup table's ``layer.weight`` for ``ids``: the platform's kernel where it gave the table one
+    (:meth:`~frame.interfaces.platform.Platform.layer_kernel`: the cpu platform reads a packed table's rows in one
+    native op, which a recorded decode step can repeat) and it takes the call, else :func:`embedding_rows`."""
+    kernel = getattr(layer, "kernel", None)
+    if kernel is not None and (out := kernel(ids)) is not None:
+        return out
+    return embedding_rows(ids, layer.weight)
 
 
 def store_rows(param: torch.Tensor, offset: int, packed: PackedWeight, what: str) -> None:

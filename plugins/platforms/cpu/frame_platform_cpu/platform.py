@@ -13,7 +13,7 @@ from frame.interfaces.platform import Platform
 from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import kernels, kquant, probe, quantized, w8a8
+from frame_platform_cpu import kernels, kquant, probe, quantized, rows, w8a8
 from frame_platform_cpu.graphs import RecordedStep
 
 _GIB = 1 << 30
@@ -146,7 +146,8 @@ class CpuPlatform(Platform):
         return sorted(installed)[0]
 
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
-        """Linears whose weight a quantization plugin keeps packed: the format's kernel (``quantized.py``).
+        """Linears whose weight a quantization plugin keeps packed: the format's kernel (``quantized.py``); a lookup
+        table kept packed (a GGUF's token embedding): its rows for the ids, in one native op (``rows.py``).
         float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel (norms and rotary keep torch's code).
         bfloat16 models: linears on weights packed once (AVX-512 BF16 dot products where the CPU has them, else
         float32 arithmetic on bfloat16 weights with AVX2, else oneDNN), SwiGLU's projection with the activation
@@ -154,6 +155,9 @@ class CpuPlatform(Platform):
         if not self.options.native_kernels or kernels.unavailable_reason() is not None:
             return None
         packed = packed_weight(layer)
+        if getattr(layer, "reads_packed_rows", False):  # a lookup table: dense ones keep F.embedding
+            table = layer.weight
+            return rows.packed_rows(packed, table.dtype) if packed is not None and table.device.type == "meta" else None
         if packed is not None:  # a quantization plugin's format: ggml blocks in place
             return quantized.packed_layer_kernel(layer, packed, gated=isinstance(layer, SwiGLUProjection))
         weight = getattr(layer, "weight", None)
