@@ -27,33 +27,16 @@
 
 namespace {
 
-// gguf computes d u and then adds m (or subtracts dmin mn) as two roundings; a fused multiply-add, which -O3
-// -march=native would otherwise make of them, rounds once and lands a last bit away now and then.
-#if defined(__clang__)
-#define FRAME_NO_CONTRACT
-#define FRAME_NO_CONTRACT_BODY _Pragma("clang fp contract(off)")
-#elif defined(__GNUC__)
-#define FRAME_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#define FRAME_NO_CONTRACT_BODY
-#else
-#define FRAME_NO_CONTRACT
-#define FRAME_NO_CONTRACT_BODY
-#endif
-
-// out[i] = scale * (u[i] - offset) + add, for n values; add is m (or -dmin mn, the product rounded first).
-FRAME_NO_CONTRACT void scaled(const int32_t* u, int n, float scale, int32_t offset, float add, bool with_add,
-                              float* out) {
-  FRAME_NO_CONTRACT_BODY
-  if (with_add) {
-    for (int i = 0; i < n; ++i) out[i] = scale * static_cast<float>(u[i] - offset) + add;
-  } else {
-    for (int i = 0; i < n; ++i) out[i] = scale * static_cast<float>(u[i] - offset);
+// out[i] = scale * (u[i] - offset), plus `add` where the format has an m (or a min, -dmin mn). Every product here is
+// exact in float32 (d, a float16, has 11 significant bits, a scale at most 7 and a value at most 7: never more than
+// float32's 24), so only the sum rounds, once, as in gguf's numpy, and a fused multiply-add the compiler may make of
+// it rounds the same sum the same way. Formats without one add nothing (not 0, which would turn -0 into +0).
+template <bool Add>
+void scaled(const int32_t* u, int n, float scale, int32_t offset, float add, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const float w = scale * static_cast<float>(u[i] - offset);
+    out[i] = Add ? w + add : w;
   }
-}
-
-FRAME_NO_CONTRACT float product(float a, float b) {
-  FRAME_NO_CONTRACT_BODY
-  return a * b;
 }
 
 // One row of blocks of 32 (ggml_blocks::Format) into `in` floats.
@@ -65,8 +48,8 @@ void ggml_row(int64_t format, const uint8_t* row, int64_t in, float* out) {
     const uint8_t* blk = row + b * bytes;
     values_portable(format, blk, u);
     const float d = half_at(blk);
-    if (has_min(format)) scaled(u, 32, d, 0, half_at(blk + 2), true, out + 32 * b);
-    else scaled(u, 32, d, offset_of(format), 0.f, false, out + 32 * b);
+    if (has_min(format)) scaled<true>(u, 32, d, 0, half_at(blk + 2), out + 32 * b);
+    else scaled<false>(u, 32, d, offset_of(format), 0.f, out + 32 * b);
   }
 }
 
@@ -84,9 +67,9 @@ void kquant_row(const uint8_t* row, int64_t in, float* out) {
     values_portable<Format>(blk, u8);
     for (int i = 0; i < kSuper; ++i) u[i] = u8[i];  // below 64, or iq4_xs's signed levels
     for (int c = 0; c < 16; ++c) {
-      const float dl = product(h.d, static_cast<float>(sc_of<Format>(h, c)));
-      const float ml = mins ? product(h.md, static_cast<float>(mn_of<Format>(h, c))) : 0.f;
-      scaled(u + 16 * c, 16, dl, offset, -ml, mins, out + kSuper * b + 16 * c);
+      const float dl = h.d * static_cast<float>(sc_of<Format>(h, c));
+      const float ml = mins ? h.md * static_cast<float>(mn_of<Format>(h, c)) : 0.f;
+      scaled<mins>(u + 16 * c, 16, dl, offset, -ml, out + kSuper * b + 16 * c);
     }
   }
 }
