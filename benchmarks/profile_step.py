@@ -1,10 +1,13 @@
 """Profile frame's engine on issue #6's workloads: wall time per phase and a torch.profiler operator table.
 
     .venv/bin/python benchmarks/profile_step.py --workload mixed_batch --dtype bfloat16 [--profile]
+    .venv/bin/python benchmarks/profile_step.py --workload single_stream --quantization gguf [--eager]
 
 Builds an EngineCore the way ``frame bench`` does, warms it up, then drives the workload once (timed) and,
 with ``--profile``, again under torch.profiler, printing the operators that took the most self CPU time. The
-per-step split (schedule, prepare, forward, logits+sample, update) comes from timing the runner's pieces.
+per-step split (schedule, prepare, forward, logits+sample, update) comes from timing the runner's pieces. It also
+prints the process CPU time per output token (every thread: what to compare on a shared machine) and, where the
+platform records decode steps, each recorded step's op calls (0: it could not be recorded and ran eagerly).
 """
 
 from __future__ import annotations
@@ -121,12 +124,18 @@ def main() -> None:
         log = log_steps(engine) if args.steps and phases is not None else None
         cpu = time.process_time()
         result = drive(engine, requests)
-        print(f"process CPU time {time.process_time() - cpu:.2f}s (every thread)")
+        cpu = time.process_time() - cpu
+        tokens = result.summary()["output_tokens"]
+        print(f"process CPU time {cpu:.2f}s (every thread), {cpu / tokens * 1e3:.2f} ms per output token")
         if log:
             print("steps (sequences/tokens/ms): " + " ".join(f"{n}/{t}/{ms:.0f}" for n, t, ms in log))
         s = result.summary()
         print(f"{args.workload}: { {k: round(v, 3) for k, v in s.items()} }")
     assert phases is not None
+    graphs = engine.executor.worker.runner.graphs  # type: ignore[attr-defined]
+    if graphs is not None:  # calls None: never used; 0: the step could not be recorded and ran eagerly
+        print("recorded decode steps (batch size: op calls): "
+              + ", ".join(f"{size}: {r.calls}" for size, r in sorted(graphs.replays.items()) if r.calls is not None))
     total = phases.pop("step")
     print(f"step total {total:.2f}s; " + ", ".join(f"{k} {v:.2f}s ({v / total:.0%})" for k, v in phases.items()))
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
