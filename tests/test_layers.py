@@ -5,7 +5,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, RMSNorm, SiluAndMul, SwiGLUProjection, attach_platform_kernels
+from frame.layers import (
+    Embedding,
+    Linear,
+    RMSNorm,
+    SiluAndMul,
+    SwiGLUProjection,
+    attach_platform_kernels,
+    finish_loading,
+)
+from frame.weights import GGMLWeight
 from torch import nn
 
 
@@ -17,6 +26,7 @@ class RecordingPlatform(Platform):
     def __init__(self, offer: bool = True) -> None:
         self.offer = offer
         self.norm_declines = False
+        self.table_declines = False
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -46,6 +56,8 @@ class RecordingPlatform(Platform):
             return lambda x: torch.full((*x.shape[:-1], layer.weight.shape[0]), 7.0)
         if isinstance(layer, RMSNorm):
             return lambda x, residual: None if self.norm_declines else (torch.full_like(x, 9.0), x)
+        if getattr(layer, "reads_packed_rows", False):
+            return lambda ids: None if self.table_declines else torch.full((*ids.shape, layer.weight.shape[1]), 5.0)
         return lambda x: torch.zeros(x.shape[0], x.shape[1] // 2)
 
 
@@ -97,6 +109,25 @@ def test_a_platform_without_kernels_leaves_torch_in_place() -> None:
     assert model.proj.kernel is None and model.norm.kernel is None
     x = torch.randn(2, 6)
     assert torch.equal(model.act(x), F.silu(x[:, :3]) * x[:, 3:])
+
+
+def test_only_a_table_kept_packed_is_offered_to_the_platform() -> None:
+    # A dense table keeps F.embedding; a packed one takes the platform's lookup, and where that declines it
+    # dequantizes the rows it reads (never the whole table, as a packed linear's fallback would).
+    cpu = torch.device("cpu")
+    dense, packed = Embedding(96, 64, cpu, torch.float32), Embedding(96, 64, cpu, torch.float32)
+    dense.weight.data.normal_()
+    table = GGMLWeight.quantized("q8_0", torch.randn(96, 64, generator=torch.Generator().manual_seed(3)))
+    packed.load("weight", table)
+    model = nn.ModuleDict({"dense": dense, "packed": packed})
+    assert finish_loading(model, None) == 1
+    platform = RecordingPlatform()
+    assert attach_platform_kernels(model, platform) == 1 and dense.kernel is None
+    ids = torch.tensor([[3, 95], [3, 0]])
+    assert torch.equal(dense(ids), F.embedding(ids, dense.weight))
+    assert torch.equal(packed(ids), torch.full((2, 2, 64), 5.0))
+    platform.table_declines = True
+    assert torch.equal(packed(ids), table.dequantize()[ids])
 
 
 def test_swiglu_projection_reference_is_the_linear_then_the_activation() -> None:

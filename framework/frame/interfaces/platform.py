@@ -81,15 +81,15 @@ class Platform(ABC):
         """A faster kernel for one loaded :class:`frame.layers.KernelLayer` here, or None to keep torch's code.
 
         Called once per such layer (``Linear``, ``SwiGLUProjection``, ``RMSNorm``, ``SiluAndMul``, ``RotateHalves``,
-        the lookup tables ``Embedding`` and ``VocabParallelEmbedding``) after the weights load. The kernel takes the
-        layer's ``forward`` arguments and returns its result up to rounding, or None for a call it does not handle
-        (another dtype or shape), which then runs the layer's torch reference. It may keep state made once, such as a
-        prepacked copy of the weight. A linear whose weight a quantization plugin keeps packed
-        (``frame.layers.packed_weight(layer)`` is not None) wants the kernel of its format
-        (``frame.interfaces.quantization.FORMATS``); without one, the layer multiplies by the dequantised weight. A
-        table kept packed (``reads_packed_rows``, its weight on the meta device) wants one that returns the rows of
-        its ids without host reads (a step that makes none can be recorded); without one, the rows looked up are
-        dequantized (``frame.layers.quantized.embedding_rows``).
+        and the lookup tables ``Embedding`` and ``VocabParallelEmbedding`` whose weight a quantization plugin keeps
+        packed) after the weights load. The kernel takes the layer's ``forward`` arguments and returns its result up
+        to rounding, or None for a call it does not handle (another dtype or shape), which then runs the layer's
+        torch reference. It may keep state made once, such as a prepacked copy of the weight. A linear whose weight
+        a quantization plugin keeps packed (``frame.layers.packed_weight(layer)`` is not None) wants the kernel of
+        its format (``frame.interfaces.quantization.FORMATS``); without one, the layer multiplies by the dequantised
+        weight. A table kept packed (``reads_packed_rows``, its weight on the meta device) wants one that returns
+        the rows of its ids without host reads (a step that makes none can be recorded); without one, the rows
+        looked up are dequantized (``frame.layers.quantized.embedding_rows``).
         """
         return None
 

@@ -83,8 +83,8 @@ class Linear(KernelLayer):
 
 class Embedding(KernelLayer):
     """A lookup table every rank holds whole (GPT-2's learned positions); the vocabulary's is
-    :class:`~frame.layers.parallel.VocabParallelEmbedding`. A platform's kernel for it (one for a table kept
-    packed) takes the ids and returns their rows."""
+    :class:`~frame.layers.parallel.VocabParallelEmbedding`. Where a quantization plugin keeps it packed, a platform's
+    kernel for it takes the ids and returns their rows."""
 
     def __init__(self, num: int, dim: int, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
@@ -173,8 +173,11 @@ def attach_platform_kernels(model: nn.Module, platform: Platform) -> int:
     attached = 0
     for module in model.modules():
         if isinstance(module, KernelLayer):
+            table = getattr(module, "reads_packed_rows", False)
+            if table and packed_weight(module) is None:
+                continue  # a dense table keeps F.embedding: platforms are asked only about packed ones
             module.kernel = platform.layer_kernel(module)
             attached += module.kernel is not None
-            if packed_weight(module) is not None and not getattr(module, "reads_packed_rows", False):
+            if packed_weight(module) is not None and not table:
                 module.kernel = with_reference(module, module.kernel)  # a table falls back to its own rows
     return attached
