@@ -2,10 +2,11 @@
 dequantisation, bit for bit, in every format the linears' kernels read; and a step that looks rows up this way is
 recorded and replayed.
 
-The blocks are random bytes with sane float16 scales (every bit pattern of a block is a valid block, and gguf's
-``dequantize`` says what it means). The op has one path, plain C++ built for this CPU's class; run this file with
-``FRAME_CPU_DISABLE=avx512f`` or ``=avx2`` to build and check it for the lesser classes (no FMA there, where the
-float rules' two roundings matter most on this one)."""
+The blocks are gguf's own quantization where gguf-py writes the type (q4_0, q4_1, q8_0), else random bytes with
+sane float16 scales (every bit pattern of a block is a valid block, and gguf's ``dequantize`` says what it means).
+The op has one path, plain C++ built for this CPU's class (its products are exact, so whether the compiler fuses
+them into FMAs changes no bit); run this file with ``FRAME_CPU_DISABLE=avx512f`` or ``=avx2`` to build and check it
+for the lesser classes."""
 
 from __future__ import annotations
 
@@ -13,20 +14,19 @@ import pytest
 import torch
 from frame.layers import ParallelLMHead, VocabParallelEmbedding, attach_platform_kernels, finish_loading
 from frame.layers.quantized import embedding_rows
+from frame.testing.ggml_blocks import BLOCK_LAYOUT, random_blocks
 from frame.weights import GGMLWeight, MixedRows
 from frame_platform_cpu import kernels, rows
 from frame_platform_cpu.platform import CpuPlatform
 from frame_platform_cpu.record import NotRecordable, record
 from frame_platform_cpu.replay import compile_replay
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from torch import nn
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
 
-#: Where each format's float16 scales sit in its block (d, and m or dmin where it has one).
-SCALES = {"q4_0": [0], "q4_1": [0, 2], "q8_0": [0], "q5_0": [0], "q5_1": [0, 2], "iq4_nl": [0], "q2_k": [80, 82],
-          "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208], "iq4_xs": [0]}
+#: Every format packed_rows reads: gguf-py quantizes the first three, the others are random blocks.
+FORMATS = ["q4_0", "q4_1", "q8_0", *BLOCK_LAYOUT]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
@@ -36,20 +36,15 @@ def bits(values: torch.Tensor) -> torch.Tensor:
 
 
 def table(fmt: str, vocab: int, hidden: int, seed: int = 0) -> GGMLWeight:
-    """``vocab`` rows of random ``fmt`` blocks, float16 scales drawn from [0.0005, 0.0045], signed where the format
-    keeps a signed offset (m, or a scale that may be negative)."""
-    per, size = GGML_QUANT_SIZES[GGMLQuantizationType[fmt.upper()]]
-    gen = torch.Generator().manual_seed(seed)
-    blocks = torch.randint(0, 256, (vocab, hidden // per, size), generator=gen, dtype=torch.uint8)
-    for at in SCALES[fmt]:
-        scale = torch.rand(vocab, hidden // per, 1, generator=gen) * 0.004 + 0.0005
-        scale = scale * (torch.randint(0, 2, scale.shape, generator=gen) * 2 - 1)
-        blocks[..., at : at + 2] = scale.half().view(torch.uint8)
-    return GGMLWeight(fmt, blocks.reshape(vocab, -1), hidden)
+    """``vocab`` rows of ``fmt`` blocks: gguf's quantization of random values where gguf-py writes the type, random
+    bytes with sane scales otherwise (``frame.testing.ggml_blocks``)."""
+    if fmt in BLOCK_LAYOUT:
+        return random_blocks(fmt, vocab, hidden, seed)
+    return GGMLWeight.quantized(fmt, torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(seed)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fmt", list(SCALES))
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_rows_are_ggufs_dequantisation_bit_for_bit(fmt: str, dtype: torch.dtype) -> None:
     weight = table(fmt, 50, 768 if fmt.endswith("_k") or fmt == "iq4_xs" else 544, seed=len(fmt))
     lookup = rows.packed_rows(weight, dtype)
