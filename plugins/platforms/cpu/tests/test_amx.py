@@ -51,6 +51,18 @@ def test_amx_rows_do_not_depend_on_their_batch() -> None:
         assert torch.equal(_amx(x[row : row + count], weight, None), together[row : row + count])
 
 
+def test_a_weight_of_several_panel_groups_per_thread_matches_the_exact_product_row_by_row() -> None:
+    # 1,536 inputs make a panel 96 KB, so a thread's panels of this 1,488-column weight (46 whole and a 16-column
+    # one) go in several groups of at most 1 MB (amx_gemm.h), each a pass over every block of rows.
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(1488, 1536, generator=gen).bfloat16()
+    x = torch.randn(70, 1536, generator=gen).bfloat16()
+    together = _amx(x, weight, None)
+    torch.testing.assert_close(together.double(), F.linear(x.double(), weight.double()), rtol=8e-3, atol=3e-2)
+    for row in (0, 33, 69):
+        assert torch.equal(_amx(x[row : row + 1], weight, None), together[row : row + 1])
+
+
 @pytest.mark.parametrize("rows", [1, 40])
 def test_amx_swiglu_has_the_bits_of_the_amx_linear_then_the_activation_kernel(rows: int) -> None:
     gen = torch.Generator().manual_seed(rows)
