@@ -70,10 +70,13 @@ def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
     quantization = (f"{ready.quantization} (weights kept packed)" if ready.quantization
                     else f"none (dense {ready.dtype} weights)")
     prefix = "no prefix caching" if ready.cache == "none" else "prefix caching on"
-    graphs = ("off (--enforce-eager / --no-cuda-graphs)" if not config.cuda_graphs
-              else f"on, {len(ready.decode_graphs)} batch sizes up to {max(ready.decode_graphs)}"
-              if ready.decode_graphs else "none recorded here (the platform's option, the attention backend or "
-              "tensor parallelism); decode steps run eagerly")
+    if not config.cuda_graphs:
+        graphs = "off (--enforce-eager / --no-cuda-graphs)"
+    elif ready.decode_graphs:
+        graphs = f"on, {len(ready.decode_graphs)} batch sizes up to {max(ready.decode_graphs)}"
+    else:
+        graphs = ("none recorded here (the platform's option, the attention backend or tensor parallelism); "
+                  "decode steps run eagerly")
     rows = [
         ("model", f"{ready.model_name} (family {ready.family}, max_model_len {ready.max_model_len})"),
         ("dtype", ready.dtype),

@@ -173,11 +173,11 @@ def attach_platform_kernels(model: nn.Module, platform: Platform) -> int:
     attached = 0
     for module in model.modules():
         if isinstance(module, KernelLayer):
-            table = getattr(module, "reads_packed_rows", False)
-            if table and packed_weight(module) is None:
+            table, packed = getattr(module, "reads_packed_rows", False), packed_weight(module) is not None
+            if table and not packed:
                 continue  # a dense table keeps F.embedding: platforms are asked only about packed ones
             module.kernel = platform.layer_kernel(module)
             attached += module.kernel is not None
-            if packed_weight(module) is not None and not table:
+            if packed and not table:
                 module.kernel = with_reference(module, module.kernel)  # a table falls back to its own rows
     return attached
