@@ -43,12 +43,16 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
+// ldtilecfg reads all 64 bytes; GCC 12's `_tile_loadconfig` names only 8 as its operand, so a config built on the
+// stack could lose its stores as dead. Naming the whole struct keeps them, whatever the compiler.
+inline void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" ::"m"(config)); }
+
 // This thread's tiles for the scope of one item.
 class Tiles {
  public:
   Tiles() {
     static const TileConfig config;
-    _tile_loadconfig(&config);
+    load_tile_config(config);
   }
   ~Tiles() { _tile_release(); }
   Tiles(const Tiles&) = delete;

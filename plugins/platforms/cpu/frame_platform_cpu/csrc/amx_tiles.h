@@ -45,17 +45,22 @@ struct alignas(64) TileConfig {
   }
 };
 
+// ldtilecfg reads all 64 bytes of the config, but GCC 12's `_tile_loadconfig` names only 8 of them as its operand,
+// so the stores that build a config on the stack may be dropped as dead (llama.cpp 0.3.36's AMX kernels, built by
+// GCC 12, fault that way). Naming the whole struct keeps them.
+inline void load_tile_config(const TileConfig& config) { __asm__ volatile("ldtilecfg %0" ::"m"(config)); }
+
 // Configures this thread's tiles for the scope and releases them after, so a thread never keeps AMX state (which
 // makes context switches and other code's AVX-512 slower) beyond one kernel call.
 class TileScope {
  public:
   TileScope() {
     static const TileConfig config;
-    _tile_loadconfig(&config);
+    load_tile_config(config);
   }
   explicit TileScope(int x_rows) {
     const TileConfig config(x_rows);
-    _tile_loadconfig(&config);
+    load_tile_config(config);
   }
   ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;
