@@ -82,12 +82,14 @@ class Agreement:
 
 def agreement(peer: PeerRun, prompt: Sequence[int], chunks: Sequence[Sequence[int]], platform: str = "cpu",
               caplog: pytest.LogCaptureFixture | None = None) -> Agreement:
-    """Load ``peer.file`` packed in frame (float32) and compare it with what llama.cpp said. With ``caplog``, the
-    load must log no warning from the gguf plugin (every matrix stayed packed, none dequantized)."""
+    """Load ``peer.file`` packed in frame (float32, its KV cache float32 as the peer's) and compare it with what
+    llama.cpp said. With ``caplog``, the load must log no warning from the gguf plugin (every matrix stayed packed,
+    none dequantized)."""
     from frame.bench.perplexity import Prefiller, score
 
     n_ctx = max(len(prompt) + len(peer.continuation), *(len(c) for c in chunks))
-    config = EngineConfig(model=str(peer.file), quantization="gguf", dtype="float32", platform=platform)
+    config = EngineConfig(model=str(peer.file), quantization="gguf", dtype="float32", kv_cache_dtype="float32",
+                          platform=platform)
     if caplog is not None:
         with caplog.at_level(logging.WARNING, logger="frame_quantization_gguf"):
             model = Prefiller(config, n_ctx)
