@@ -196,7 +196,8 @@ def main(path: str) -> int:
             chunks = spec["chunks"]
             if scorer is None:  # every position's logits: only the scoring model keeps them all
                 use_extra_buffers(llama_cpp, spec.get("score_extra_buffers", spec.get("extra_buffers", True)))
-                scorer = Llama(n_ctx=len(chunks[0]), logits_all=True, **common)
+                kv_type = spec.get("score_kv_type", 1)  # ggml's id; 1 (float16) is llama.cpp's own default
+                scorer = Llama(n_ctx=len(chunks[0]), logits_all=True, type_k=kv_type, type_v=kv_type, **common)
             start = time.perf_counter()
             nll, count = 0.0, 0
             for chunk in chunks:
