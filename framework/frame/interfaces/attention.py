@@ -85,7 +85,11 @@ class AttentionMetadata:
     - ``block_tables`` int32 ``[num_seqs, max_blocks]``: each sequence's block ids, padded with 0;
     - ``slot_mapping`` int64 ``[num_tokens]``: the KV slot each new token writes.
 
-    Host copies (``query_lens``, ``seq_lens_host``) let backends plan without device syncs.
+    Host copies (``query_lens``, ``seq_lens_host``) let backends plan without device syncs. ``prompt`` (bool
+    ``[num_seqs]``, or None where the builder does not say) marks the sequences whose new tokens are prompt tokens,
+    a prefill or a chunk of one however few tokens it has, against decodes (a sampled token, and drafts): a backend
+    may give prompt rows the path a long prefill takes, so that a prompt's last token gets the same bits whether it
+    came in a long step or alone after a prefix-cache hit (``cpu_paged`` does, see its README).
     """
 
     query_start_loc: torch.Tensor
@@ -95,6 +99,7 @@ class AttentionMetadata:
     query_lens: list[int]
     seq_lens_host: list[int]
     block_size: int
+    prompt: torch.Tensor | None = None
 
     @classmethod
     def extend(cls, common: AttentionMetadata, **fields: Any) -> Self:

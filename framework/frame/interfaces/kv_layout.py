@@ -71,10 +71,11 @@ def slots_of(block_table: np.ndarray | Sequence[int], positions: np.ndarray, blo
 
 
 def step_metadata(query_lens: np.ndarray, seq_lens: np.ndarray, block_tables: np.ndarray, slot_mapping: np.ndarray,
-                  block_size: int, device: torch.device | str) -> AttentionMetadata:
+                  block_size: int, device: torch.device | str, prompt: np.ndarray | None = None) -> AttentionMetadata:
     """The common metadata of a flat batch given on the host: each sequence's new tokens (``query_lens``), its
-    length after the step (``seq_lens``), its block table (int32 ``[num_seqs, width]``, padded with 0) and each new
-    token's slot (int64 ``[num_tokens]``); the tensors are copied to ``device``."""
+    length after the step (``seq_lens``), its block table (int32 ``[num_seqs, width]``, padded with 0), each new
+    token's slot (int64 ``[num_tokens]``) and, where known, whether its new tokens are prompt tokens (``prompt``,
+    bool ``[num_seqs]``); the tensors are copied to ``device``."""
     ends = np.cumsum(query_lens)
     return AttentionMetadata(
         query_start_loc=torch.from_numpy(np.concatenate(([0], ends)).astype(np.int32)).to(device),
@@ -84,6 +85,7 @@ def step_metadata(query_lens: np.ndarray, seq_lens: np.ndarray, block_tables: np
         query_lens=np.asarray(query_lens).tolist(),
         seq_lens_host=np.asarray(seq_lens).tolist(),
         block_size=block_size,
+        prompt=None if prompt is None else torch.from_numpy(np.asarray(prompt, dtype=np.bool_)).to(device),
     )
 
 

@@ -42,13 +42,15 @@ class HostInputs:
     block_tables: np.ndarray
     samples: np.ndarray  # per scheduled request: does this step reach its last token (drafts included)?
     drafts: np.ndarray  # per scheduled request: draft tokens verified in this step
+    prompt: np.ndarray  # per scheduled request: are its new tokens prompt tokens (AttentionMetadata.prompt)?
     # The slots and block tables of the KV groups after the first (``slots``/``block_tables`` are group 0's).
     group_slots: tuple[np.ndarray, ...] = ()
     group_tables: tuple[np.ndarray, ...] = ()
 
     @property
     def is_pure_decode(self) -> bool:
-        return bool((self.query_lens == 1).all() and self.samples.all())
+        """One sampled token per request: a prompt's last token alone (after a prefix-cache hit) is no decode."""
+        return bool((self.query_lens == 1).all() and self.samples.all() and not self.prompt.any())
 
     def logits_rows(self) -> np.ndarray:
         """Flat-batch rows whose logits are sampled: each sampling request's last ``drafts + 1`` tokens."""
@@ -170,6 +172,7 @@ class ModelRunner:
             block_tables=np.ascontiguousarray(batch.block_table[rows, :width]),
             samples=samples,
             drafts=drafts,
+            prompt=context < batch.num_prompt_tokens[rows],
             group_slots=tuple(group_slots),
             group_tables=tuple(group_tables),
         )
@@ -177,13 +180,15 @@ class ModelRunner:
     def to_device(self, host: HostInputs) -> StepInputs:
         """The model's inputs and the common attention metadata on the model's device."""
         dev = self.device
-        meta = step_metadata(host.query_lens, host.seq_lens, host.block_tables, host.slots, self.block_size, dev)
+        meta = step_metadata(host.query_lens, host.seq_lens, host.block_tables, host.slots, self.block_size, dev,
+                             host.prompt)
         return StepInputs(
             input_ids=torch.from_numpy(host.input_ids.astype(np.int64)).to(dev),
             positions=torch.from_numpy(host.positions).to(dev),
             meta=meta,
             logits_rows=torch.from_numpy(host.logits_rows()).to(dev),
-            group_metas=tuple(step_metadata(host.query_lens, host.seq_lens, tables, slots, self.block_size, dev)
+            group_metas=tuple(step_metadata(host.query_lens, host.seq_lens, tables, slots, self.block_size, dev,
+                                            host.prompt)
                               for slots, tables in zip(host.group_slots, host.group_tables, strict=True)),
         )
 

@@ -49,7 +49,7 @@ class CpuPagedAttention(AttentionBackend):
         """Causal attention of every query row over its sequence's cached context (new tokens included)."""
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         self._attention(out, query, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens,
-                        self.scale, *self._limits)
+                        self.scale, *self._limits, meta.prompt)
         return out
 
     def forward(
@@ -60,7 +60,7 @@ class CpuPagedAttention(AttentionBackend):
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         self._forward(out, query, self._stored(key, k_cache), self._stored(value, v_cache), k_cache, v_cache,
                       meta.slot_mapping, meta.block_tables, meta.query_start_loc, meta.seq_lens, self.scale,
-                      *self._limits)
+                      *self._limits, meta.prompt)
         return out
 
     @staticmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from frame.interfaces.kv_dtype import dequantize_rows, quantize_rows
@@ -148,6 +150,42 @@ def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the
 
     whole = attend([tokens])
     for steps in ([tokens - 1, 1], [tokens - 2, 2], [32, tokens - 32], [1] * tokens):
+        assert torch.equal(attend(steps), whole), steps
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
+def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_splits_the_prompt(
+        heads: int, kv_heads: int, dim: int) -> None:
+    # In bfloat16 the decode path and the prefill path sum in different orders (on AMX on different units), so
+    # rows the metadata marks as prompt rows take the prefill path however few they are: a prompt's last one or two
+    # tokens after a prefix-cache hit, or one token a step, get the bits the whole prompt gave them. 200 tokens:
+    # past the 128 keys from which a lone decode's keys are split over the threads (a prompt row's must not be);
+    # the step that ends the prompt also carries four decodes sharing its first blocks (the cascade's minimum).
+    tokens, block, others = 200, 16, 4
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(tokens, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
+    oq, ok, ov = (torch.randn(others, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16)
+    prompt_table = [3, 17, 9, 0, 12, 5, 14, 1, 10, 7, 2, 16, 4]
+    decode_tables = [[*prompt_table[:8], 20 + 2 * i, 21 + 2 * i] for i in range(others)]
+
+    def attend(steps: list[int]) -> torch.Tensor:
+        k_cache, v_cache = (torch.randn(28, block, kv_heads, dim, generator=torch.Generator().manual_seed(1)).bfloat16()
+                            for _ in range(2))
+        outs, done = [], 0
+        for i, n in enumerate(steps):
+            last = i == len(steps) - 1
+            contexts, lens = [done] + [130] * others * last, [n] + [1] * others * last
+            tables = [prompt_table] + decode_tables * last
+            meta = dataclasses.replace(build_metadata(contexts, lens, tables, block),
+                                       prompt=torch.tensor([True] + [False] * others * last))
+            qs, ks, vs = (torch.cat([x[done:done + n], *([o] if last else [])]) for x, o in ((q, oq), (k, ok), (v, ov)))
+            outs.append(backend.forward(qs, ks, vs, k_cache, v_cache, meta)[:n])
+            done += n
+        return torch.cat(outs)
+
+    whole = attend([tokens])
+    for steps in ([tokens - 1, 1], [tokens - 2, 2], [32, tokens - 32], [16] * (tokens // 16) + [tokens % 16]):
         assert torch.equal(attend(steps), whole), steps
 
 

@@ -289,7 +289,10 @@ class FlashPrefill {
                                                _CMP_GT_OQ);
     if (raise) {
       const __m512 next = _mm512_mask_mov_ps(ref, raise, top);
-      const __m512 correction = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(ref, next), c2));
+      // Exactly 1 in the lanes not raised (exp2_ps(0) is its polynomial's 0.99993): a row's sums must not depend
+      // on whether another row of its block raised, or on which rows share its block.
+      const __m512 correction = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), raise,
+                                                   exp2_ps(_mm512_mul_ps(_mm512_sub_ps(ref, next), c2)));
       l = _mm512_mul_ps(l, correction);
       // Rows that saw keys before hold sums to rescale; rows that saw none hold zeros.
       if (_mm512_mask_cmp_ps_mask(raise, ref, _mm512_set1_ps(0.5f * kMasked), _CMP_GT_OQ)) {

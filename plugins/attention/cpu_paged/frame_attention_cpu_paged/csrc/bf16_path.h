@@ -126,7 +126,7 @@ struct Cascade {
       : slot(num_seqs, -1), shared(num_seqs, 0), kv_heads(p.kv_heads), groups_per_kv(p.heads / p.kv_heads) {
     std::vector<std::pair<int32_t, int32_t>> decodes;  // (first block, sequence)
     for (int64_t s = 0; s < num_seqs; ++s)
-      if (p.query_start[s + 1] - p.query_start[s] == 1 && p.seq_lens[s] - 1 >= kMinKeys)
+      if (p.query_start[s + 1] - p.query_start[s] == 1 && p.seq_lens[s] - 1 >= kMinKeys && !p.is_prompt(s))
         decodes.emplace_back(p.block_tables[s * p.table_width], static_cast<int32_t>(s));
     std::sort(decodes.begin(), decodes.end());
     int32_t next_slot = 0;
@@ -259,7 +259,12 @@ class Bf16ItemRunner {
         }
       k_begin = cascade_.shared[item.seq];
     }
-    const bool direct = head_rows <= kDirectMaxRows;
+    // Prompt rows take the prefill path however few they are: the last one or two tokens of a prompt the prefix
+    // cache covers then get the bits they get inside a long prefill (each row's sums are its own on that path), and
+    // a request answers the same whether its prefix was cached or not. The decode path sums in another order (and
+    // on AMX another unit), and GGUF's packed kernels, which round activations to int8 per block, made that last
+    // bit another token. Decodes (never prompt rows; the cascade takes none) keep the decode path's speed.
+    const bool direct = head_rows <= kDirectMaxRows && !p_.is_prompt(item.seq);
 #if FRAME_PAGED_AMX
     // On CPUs with AMX (Intel's, where vdpbf16ps issues at half the FMA rate) decode rows take float32 FMAs and
     // tiles take the tile unit: prefill items the blocked kernel (amx_prefill.h), other tiles (a decode with more

@@ -100,9 +100,12 @@ struct Problem {
   // Elements of one (token, KV head) row in the pool: head_dim, or head_dim + 4 in a quantized pool (int8 / fp8
   // codes, then the row's float32 scale in the next 4 bytes).
   int64_t row;
+  // [seqs]: whose new tokens are prompt tokens (AttentionMetadata.prompt); null where the caller did not say.
+  const bool* prompt = nullptr;
 
   // A window or a soft-cap: served by the generic loops only (the AVX-512 paths assume neither).
   bool limited() const { return window > 0 || softcap > 0.0f; }
+  bool is_prompt(int64_t seq) const { return prompt != nullptr && prompt[seq]; }
 };
 
 // GCC 12 drops __builtin_prefetch in this file's loops (checked in the assembly), so the instruction is spelled out.

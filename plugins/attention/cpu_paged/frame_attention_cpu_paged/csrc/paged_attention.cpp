@@ -25,6 +25,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -559,7 +560,7 @@ void write_slots(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_c
 
 void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
-               double scale, int64_t window, double softcap);
+               double scale, int64_t window, double softcap, const std::optional<at::Tensor>& prompt);
 
 // A step whose attention costs far more than reading its context once (a prefill: every key is read by every
 // query tile) over a quantized pool, with bfloat16 queries on a CPU with AVX-512 BF16: the blocks the step reads are
@@ -568,7 +569,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
 // stay on the float path, which reads the codes in place. Returns false when the step does not qualify.
 bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache,
                              const at::Tensor& v_cache, const at::Tensor& tables, const at::Tensor& starts,
-                             const at::Tensor& lens, double scale, int64_t window, double softcap) {
+                             const at::Tensor& lens, double scale, int64_t window, double softcap,
+                             const std::optional<at::Tensor>& prompt) {
 #if defined(__AVX512BF16__)
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2), row = k_cache.size(3);
   const int64_t dim = row - kScaleBytes, seqs = lens.numel(), width = tables.size(1);
@@ -621,17 +623,22 @@ bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at:
     widen(static_cast<int8_t*>(nullptr));
   else
     widen(static_cast<c10::Float8_e4m3fn*>(nullptr));
-  attention(out, query, k, v, remapped, starts, lens, scale, window, softcap);
+  attention(out, query, k, v, remapped, starts, lens, scale, window, softcap, prompt);
   return true;
 #else
   return false;
 #endif
 }
 
+// `prompt` (bool [seqs], optional): the sequences whose new tokens are prompt tokens, which the bfloat16 path gives
+// its prefill kernel however few they are (bf16_path.h, Bf16ItemRunner).
 void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
-               double scale, int64_t window, double softcap) {
+               double scale, int64_t window, double softcap, const std::optional<at::Tensor>& prompt) {
   TORCH_CHECK(window >= 0 && softcap >= 0.0, "window and softcap must not be negative (0: none)");
+  TORCH_CHECK(!prompt.has_value() || (prompt->scalar_type() == at::kBool && prompt->numel() == seq_lens.numel()),
+              "prompt must be one bool per sequence");
+  const at::Tensor prompts = prompt.has_value() ? prompt->contiguous() : at::Tensor();
   TORCH_CHECK(query.scalar_type() == out.scalar_type(), "query and out must share a dtype");
   TORCH_CHECK(rows_contiguous(query) && out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
               "out and the caches must be contiguous, and each query token's heads");
@@ -645,7 +652,7 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
   const int64_t kv_heads = k_cache.size(2), row = k_cache.size(3), heads = query.size(1);
   const int64_t head_dim = is_quantized(k_cache) ? row - kScaleBytes : row;
   if (is_quantized(k_cache) &&
-      attend_through_bfloat16(out, query, k_cache, v_cache, tables, starts, lens, scale, window, softcap))
+      attend_through_bfloat16(out, query, k_cache, v_cache, tables, starts, lens, scale, window, softcap, prompt))
     return;
   TORCH_CHECK(query.size(2) == head_dim && heads % kv_heads == 0, "query heads must group over the KV heads");
   const auto items = plan_items(starts.data_ptr<int32_t>(), lens.numel(), heads / kv_heads);
@@ -655,7 +662,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
     Problem<cache_t, query_t> p{q, o, k, v, tables.data_ptr<int32_t>(), starts.data_ptr<int32_t>(),
                                 lens.data_ptr<int32_t>(), tables.size(1), k_cache.size(1), heads, kv_heads,
                                 head_dim, static_cast<float>(scale), query.stride(0), lens.numel(), window,
-                                static_cast<float>(softcap), row};
+                                static_cast<float>(softcap), row,
+                                prompts.defined() ? prompts.data_ptr<bool>() : nullptr};
     dispatch_dim<cache_t, query_t>(p, items);
   };
   auto with_query = [&](auto* k, auto* v) {
@@ -690,19 +698,19 @@ void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cach
 void forward(at::Tensor& out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
              at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
              const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale, int64_t window,
-             double softcap) {
+             double softcap, const std::optional<at::Tensor>& prompt) {
   write_kv(key, value, k_cache, v_cache, slot_mapping);
-  attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale, window, softcap);
+  attention(out, query, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale, window, softcap, prompt);
 }
 
 }  // namespace
 
 TORCH_LIBRARY(frame_cpu_paged, m) {
   m.def("attention(Tensor(a!) out, Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor query_start_loc, Tensor seq_lens, float scale, int window, float softcap) -> ()");
+        "Tensor query_start_loc, Tensor seq_lens, float scale, int window, float softcap, Tensor? prompt=None) -> ()");
   m.def("forward(Tensor(a!) out, Tensor query, Tensor key, Tensor value, Tensor(b!) k_cache, Tensor(c!) v_cache, "
         "Tensor slot_mapping, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale, int window, "
-        "float softcap) -> ()");
+        "float softcap, Tensor? prompt=None) -> ()");
   m.def("write(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 
