@@ -99,7 +99,8 @@ class AttentionMetadata:
     query_lens: list[int]
     seq_lens_host: list[int]
     block_size: int
-    prompt: torch.Tensor | None = None
+    # Keyword-only: backends' subclasses add fields without defaults after it.
+    prompt: torch.Tensor | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
     def extend(cls, common: AttentionMetadata, **fields: Any) -> Self:
