@@ -153,11 +153,13 @@ def test_a_truncated_file_is_one_sentence_on_the_command_line(tmp_path: Path) ->
     assert out.stderr.strip().splitlines()[-1] == f"error: {expected}"
 
 
-def test_a_gguf_runs_dense_by_default_and_packed_when_asked(tmp_path: Path) -> None:
+def test_a_gguf_runs_packed_by_default_and_dense_when_asked(tmp_path: Path) -> None:
     hooks = PluginHooks(PluginRegistry())
     path = write_file(tmp_path / "tiny.gguf", "llama")
     source = ModelSource.open(str(path))
-    assert select_quantization(hooks, EngineConfig(model=str(path)), source) is None
-    assert select_quantization(hooks, EngineConfig(model=str(path), quantization="none"), source) is None
-    method = select_quantization(hooks, EngineConfig(model=str(path), quantization="gguf"), source)
+    method = select_quantization(hooks, EngineConfig(model=str(path)), source)
     assert method is not None and method.name == "gguf"
+    assert select_quantization(hooks, EngineConfig(model=str(path), quantization="none"), source) is None
+    # A platform without ggml kernels would dequantise every call: dense weights instead.
+    torch_only = hooks.create_platform("cpu", hooks.options_model("platform", "cpu")(native_kernels=False))
+    assert select_quantization(hooks, EngineConfig(model=str(path)), source, torch_only) is None

@@ -117,7 +117,8 @@ class EngineConfig(BaseModel):
         "reserved core cost the engine a third of its served throughput; vLLM's CPU backend always reserves one)")
     quantization: str | None = Field(
         None, description="quantization plugin that keeps the linear weights quantized (gguf: a GGUF's blocks kept "
-        "packed; int8: per output channel); default: the checkpoint's quantization_config, else dense weights")
+        "packed; int8: per output channel; none: dense weights); default: the checkpoint's quantization_config, "
+        "else gguf for a .gguf file where the platform has ggml kernels, else dense weights")
     quantization_options: dict[str, Any] = Field(default_factory=dict, description="options of the quantization "
                                                  "plugin")
     tool_parser: str | None = Field(None, description="tool-call parser plugin of frame serve for chat "

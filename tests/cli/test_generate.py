@@ -11,6 +11,11 @@ from frame.cli.main import main
 QUESTION = "What is the capital of France?"
 
 
+def completions(out: str) -> list[str]:
+    """The completion under each ``[n] prompt`` header of `frame generate`'s stdout."""
+    return [part.strip() for part in re.split(r"^\[\d\] .*$", out, flags=re.MULTILINE)[1:]]
+
+
 def test_several_prompts_run_as_one_batch_and_a_repeat_hits_the_cache(tmp_path: Path, capsys) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(f"{QUESTION}\n\nName a prime number.\n")
@@ -20,7 +25,10 @@ def test_several_prompts_run_as_one_batch_and_a_repeat_hits_the_cache(tmp_path: 
     assert code == 0, err
     headers = [line for line in out.splitlines() if re.fullmatch(r"\[\d\] .*", line)]
     assert headers == [f"[1] {QUESTION}", f"[2] {QUESTION}", "[3] Name a prime number."]
-    assert out.count("Paris") == 2
+    # The bundled GGUF runs packed, whose answer is the file's own ("L'Étoile, la ...", as llama.cpp's; dense says
+    # Paris): the repeat, its prompt served by the prefix cache but for its last tokens, answers the same.
+    answers = completions(out)
+    assert answers[0] and answers[1] == answers[0]
     counts = re.findall(r"request (\d): (\d+) prompt tokens, (\d+) of them cached; (\d+) generated", err)
     assert [c[0] for c in counts] == ["1", "2", "3"]
     (_, first_len, first_cached, _), (_, second_len, second_cached, _) = counts[:2]
@@ -69,4 +77,5 @@ def test_a_terminal_sees_the_load_and_the_batch_progress_on_stderr(tmp_path: Pat
     text = seen.decode(errors="replace")
     assert "loading the bundled SmolLM2-135M-Instruct and starting the engine" in text
     assert "generating" in text
-    assert "Paris" in out and "loading" not in out
+    assert "loading" not in out and "generating" not in out
+    assert [bool(answer) for answer in completions(out)] == [True, True]

@@ -1,5 +1,5 @@
-"""The bundled GGUF read packed answers a request the same whether the prefix cache served most of its prompt or
-none of it.
+"""The bundled GGUF, read packed (a .gguf's default), answers a request the same whether the prefix cache served
+most of its prompt or none of it.
 
 Packed kernels round activations to int8 per block, so a last-bit difference anywhere before them becomes a whole
 rounding step. Sent twice, a prompt's second run finds all its full blocks cached and computes its last one or
@@ -26,8 +26,7 @@ BLOCK = 16
 
 
 def test_a_packed_gguf_answers_a_prefix_cache_hit_as_the_whole_prompt() -> None:
-    llm = LLM(dtype="float32", max_model_len=512, block_size=BLOCK, cache="hashchain", attn="cpu_paged",
-              quantization="gguf")
+    llm = LLM(dtype="float32", max_model_len=512, block_size=BLOCK, cache="hashchain", attn="cpu_paged")
     try:
         assert ready_message(llm.engine, os.getpid()).quantization == "gguf"
         prompt = llm.get_tokenizer().apply_chat_template(ASK, add_generation_prompt=True, tokenize=True,
@@ -47,8 +46,7 @@ BFLOAT16_TWICE = f"""
 import json, os
 from frame import LLM, SamplingParams
 from frame.engine.core.loop import ready_message
-llm = LLM(dtype="bfloat16", max_model_len=512, block_size={BLOCK}, cache="hashchain", attn="cpu_paged",
-          quantization="gguf")
+llm = LLM(dtype="bfloat16", max_model_len=512, block_size={BLOCK}, cache="hashchain", attn="cpu_paged")
 ready = ready_message(llm.engine, os.getpid())
 prompt = llm.get_tokenizer().apply_chat_template({ASK!r}, add_generation_prompt=True, tokenize=True, return_dict=False)
 params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=1)

@@ -108,8 +108,9 @@ def test_errors_are_in_anthropics_shape(client) -> None:
 
 
 def test_output_config_json_schema(client) -> None:
+    # A bounded age: unbounded, greedy digits of the packed Q4_1 model ran past max_tokens ("age": 1000000...).
     person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
-                                               "age": {"type": "integer"}},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 150}},
               "required": ["name", "age"], "additionalProperties": False}
     reply = client.messages.create(model=MODEL, max_tokens=80, messages=[{"role": "user", "content": "A person?"}],
                                    output_config={"format": {"type": "json_schema", "schema": person},

@@ -188,17 +188,26 @@ def declared_quantization(hf_config: object) -> str | None:
     return str(getattr(method, "value", method)) if method else "an unnamed method"
 
 
-def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelSource) -> QuantizationMethod | None:
-    """The quantization method of this run: ``--quantization``, else the one the checkpoint's
-    ``quantization_config`` names; None for dense weights (also ``--quantization none``). A declared method no
-    installed plugin provides, a flag that contradicts the checkpoint, or a method that cannot serve the checkpoint
-    is one sentence.
+def _default_quantization(hooks: PluginHooks, source: ModelSource, platform: Platform | None) -> str | None:
+    """``gguf`` for a ``.gguf`` file when that plugin is installed and the platform has a kernel for one of its
+    block formats (without one, every call would dequantise: dense weights are faster); else None."""
+    if not (source.path.is_file() and source.path.suffix == ".gguf") or "gguf" not in hooks.registry.names(
+            "quantization"):
+        return None
+    if platform is not None:
+        formats = set(hooks.create_quantization("gguf", None).formats)
+        if not formats & set(platform.kernel_paths()):
+            log.info("dense weights for %s: the platform has no kernel for ggml blocks", source.path.name)
+            return None
+    return "gguf"
 
-    A ``.gguf`` file runs dense unless ``--quantization gguf`` asks for its blocks packed: with the packed kernels
-    (activations rounded to int8 per block) the bundled model's greedy answers differ from dense ones, and in
-    ``frame serve`` two identical requests were seen to answer differently; until that is found and fixed, the
-    packed default issue 30 asks for stays open.
-    """
+
+def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelSource,
+                        platform: Platform | None = None) -> QuantizationMethod | None:
+    """The quantization method of this run: ``--quantization``, else the one the checkpoint's
+    ``quantization_config`` names, else ``gguf`` for a ``.gguf`` file (:func:`_default_quantization`); None for
+    dense weights, which ``--quantization none`` asks for. A declared method no installed plugin provides, a flag
+    that contradicts the checkpoint, or a method that cannot serve the checkpoint is one sentence."""
     wanted, declared = config.quantization, declared_quantization(source.hf_config)
     installed = hooks.registry.names("quantization")
     if wanted == "none" and declared is None:
@@ -215,6 +224,8 @@ def select_quantization(hooks: PluginHooks, config: EngineConfig, source: ModelS
                 f"--quantization {wanted} cannot read; drop the flag or pass --quantization {declared}.",
                 param="quantization")
         wanted = declared
+    if wanted is None:
+        wanted = _default_quantization(hooks, source, platform)
     if wanted is None:
         if config.quantization_options:
             raise ConfigError("quantization_options were given without quantization; name the method "

@@ -49,7 +49,7 @@ def ready_message(core: EngineCore, pid: int) -> Ready:
     """What the client needs to know about a freshly built core, and what it runs with."""
     selection, config = core.selection, core.config
     dtype = str(selection.dtype).removeprefix("torch.")
-    method = select_quantization(core.hooks, config, core.source)  # as the worker chose it
+    method = select_quantization(core.hooks, config, core.source, selection.platform)  # as the worker chose it
     quantization = method.name if method is not None else None
     paths = selection.platform.kernel_paths()
     packed = [path for fmt, path in paths.items() if fmt not in ("float32", "bfloat16", "float16")]

@@ -62,7 +62,7 @@ class Worker:
         self.selection: Selection = selection or select(config, self.hooks)
         self.source = source or ModelSource.open(config.model, config.tokenizer, config.trust_remote_code)
         self.family = select_model_family(self.hooks, self.source.architecture)
-        self.quantization = select_quantization(self.hooks, config, self.source)
+        self.quantization = select_quantization(self.hooks, config, self.source, self.selection.platform)
         self.max_model_len = max_model_len
         self.selection.platform.set_up()
         model, attention = self.load_model()
