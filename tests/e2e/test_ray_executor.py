@@ -1,5 +1,6 @@
 """The Ray form of the executor: two ranks as Ray actors on a local Ray give one process's greedy tokens, and an
-actor killed mid-generation fails the step with WorkerDiedError instead of hanging."""
+actor killed mid-generation fails the step with WorkerDiedError instead of hanging. Dense weights: read packed
+(a .gguf's default), two ranks part from one at int8-rounding near-ties (test_tensor_parallel.py covers that)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ def local_ray():
 
 def test_two_ray_ranks_equal_one_process_and_a_killed_actor_fails_fast(local_ray, chat_prompts) -> None:
     prompts = [{"prompt_token_ids": p} for p in chat_prompts[:3]]
-    single = LLM(max_model_len=256, dtype="float32")
+    single = LLM(max_model_len=256, dtype="float32", quantization="none")
     expected = [r.outputs[0].token_ids for r in single.generate(prompts, GREEDY)]
-    llm = LLM(max_model_len=256, dtype="float32", tensor_parallel_size=2, distributed_backend="ray")
+    llm = LLM(max_model_len=256, dtype="float32", quantization="none", tensor_parallel_size=2,
+              distributed_backend="ray")
     assert [r.outputs[0].token_ids for r in llm.generate(prompts, GREEDY)] == expected
 
     core = llm.engine
