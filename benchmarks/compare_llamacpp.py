@@ -89,7 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="llama.cpp's weight repacking (its AMX / repack kernels; on by default in llama.cpp)")
     parser.add_argument("--llamacpp-prefill", choices=["batch", "tokens"], default="batch",
                         help="tokens: llama.cpp reads the prompt one token at a time (its AMX buffers crash on "
-                             "batches in some builds: llama.cpp issue 20824); the decode column is unaffected")
+                             "batches when built unpatched by GCC 12: see build_llamacpp.sh); the decode column is "
+                             "unaffected")
     parser.add_argument("--n-ctx", type=int, default=512, help="perplexity chunk length")
     parser.add_argument("--show-log", action="store_true", help="echo llama.cpp's own output to stderr")
     parser.add_argument("--json", type=Path, default=None)

@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "per shape); vLLM on the whole prompt, since its graphs compile per batch shape")
     parser.add_argument("--llamacpp-extra-buffers", action=argparse.BooleanOptionalAction, default=False,
                         help="llama.cpp's weight repacking (AMX / repack kernels); off by default because on a Xeon "
-                             "with AMX its buffers crash on batched prompts (llama.cpp issue 20824)")
+                             "with AMX its buffers crash on batched prompts unless built by build_llamacpp.sh")
     parser.add_argument("--llamacpp-prefill", choices=["batch", "tokens"], default="batch",
                         help="tokens: llama.cpp reads the prompt one token at a time (what its AMX buffers survive)")
     parser.add_argument("--vllm-env", action="append", default=[], metavar="KEY=VALUE",
