@@ -15,7 +15,7 @@ def test_throughput_runs_frame_and_transformers_side_by_side(tmp_path: Path) -> 
     proc = subprocess.run(
         [*FRAME, "bench", "throughput", "--workload", "mixed_batch", "--workload-opt", "num_requests=3",
          "--workload-opt", "prompt_len=[40,60]", "--workload-opt", "max_tokens=4", "--dtype", "float32",
-         "--max-model-len", "128", "--num-kv-blocks", "32", "--json", str(out)],
+         "--quantization", "none", "--max-model-len", "128", "--num-kv-blocks", "32", "--json", str(out)],
         capture_output=True, text=True, timeout=400,
     )
     assert proc.returncode == 0, proc.stderr
@@ -30,7 +30,19 @@ def test_throughput_runs_frame_and_transformers_side_by_side(tmp_path: Path) -> 
     ratio = result["ratio_frame_over_transformers"]["output_tok_s"]
     frame, hf = (result["systems"][s]["summary"]["output_tok_s"] for s in ("frame", "transformers"))
     assert abs(ratio - frame / hf) < 1e-9
-    assert result["greedy_match"] == 1.0  # float32 greedy: the same tokens as the reference
+    assert result["greedy_match"] == 1.0  # float32 dense greedy: the same tokens as the reference
+    assert result["systems"]["frame"]["weights"] == "dense"
+
+
+def test_latency_names_frames_packed_weights_beside_transformers_dense_ones() -> None:
+    """The bundled .gguf runs packed by default; the report says so, since transformers runs the dense weights."""
+    proc = subprocess.run(
+        [*FRAME, "bench", "latency", "--workload-opt", "prompt_len=[20,30]", "--workload-opt", "max_tokens=3",
+         "--dtype", "float32", "--max-model-len", "128", "--num-kv-blocks", "32"],
+        capture_output=True, text=True, timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "frame's weights gguf (transformers' dense)" in " ".join(proc.stdout.split()), proc.stdout
 
 
 def test_throughput_on_two_tensor_parallel_ranks_reports_communication_per_step(tmp_path: Path) -> None:

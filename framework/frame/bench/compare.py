@@ -102,9 +102,11 @@ def render(comparison: Comparison, console: Console) -> None:
     """Print the side-by-side table, with frame/transformers ratios when both ran."""
     systems = comparison.systems
     ranks = systems["frame"].get("tensor_parallel_size", 1)
+    weights = systems["frame"].get("weights", "dense")
     table = Table(title=f"{comparison.workload}: {comparison.requests} requests, "
                         f"dtype {systems['frame']['dtype']}" + (f", frame on {ranks} tensor-parallel ranks"
-                                                               if ranks > 1 else ""))
+                                                               if ranks > 1 else "")
+                        + (f", frame's weights {weights} (transformers' dense)" if weights != "dense" else ""))
     table.add_column("system", no_wrap=True)
     for _key, title, _fmt, _ in COLUMNS:
         table.add_column(title, justify="right")
@@ -120,7 +122,12 @@ def render(comparison: Comparison, console: Console) -> None:
     if "transformers" in systems:
         match = comparison.greedy_match()
         why = ""
-        if match < 1 and systems["frame"]["dtype"] != "float32":
+        if match < 1 and weights != "dense":
+            # Packed GGUF blocks round each linear's input to int8 per block (as llama.cpp does), which transformers'
+            # dequantized weights do not: greedy paths part at the first token that rounding tips.
+            why = (f" (frame ran the weights {weights}, whose kernels round activations to int8 per block; "
+                   "--quantization none runs the dense weights transformers runs)")
+        elif match < 1 and systems["frame"]["dtype"] != "float32":
             # Not a bug: batched bfloat16 sums round in another order than transformers' do, and a greedy path
             # parts at the first near-tie; the tests compare float32 token for token and bfloat16 by near-tie.
             why = (f" ({systems['frame']['dtype']} sums round in another order than transformers' do, so greedy "

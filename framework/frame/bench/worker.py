@@ -8,6 +8,7 @@ ways (no pickle). Progress goes to stderr.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -44,10 +45,11 @@ def _progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: progress.advance(task, n)
 
 
-def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[list[dict], list[list[int]], str]:
+def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[list[dict], list[list[int]], str, str]:
     from frame.bench.driver import drive, warm_up
     from frame.config import build_config
     from frame.engine.core.engine_core import EngineCore
+    from frame.engine.core.loop import ready_message
 
     load = time.perf_counter()
     engine = EngineCore(build_config(spec["engine"]))
@@ -61,11 +63,13 @@ def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[l
             result = drive(engine, requests, advance)
         runs.append({**result.summary(), "load_s": load})
         outputs = [t.output_token_ids for t in result.timings]
+    weights = ready_message(engine, os.getpid()).quantization or "dense"
     engine.shutdown()
-    return runs, outputs, str(engine.selection.dtype).removeprefix("torch.")
+    return runs, outputs, str(engine.selection.dtype).removeprefix("torch."), weights
 
 
-def _run_transformers(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[list[dict], list[list[int]], str]:
+def _run_transformers(spec: dict[str, Any], requests: list[WorkloadRequest]
+                      ) -> tuple[list[dict], list[list[int]], str, str]:
     import torch
 
     from frame.bench.baseline import TransformersBaseline
@@ -83,7 +87,7 @@ def _run_transformers(spec: dict[str, Any], requests: list[WorkloadRequest]) -> 
             timings, elapsed = baseline.run(requests, spec["batch_size"], advance)
         runs.append({**summarize(timings, elapsed), "load_s": load})
         outputs = [t.output_token_ids for t in timings]
-    return runs, outputs, spec["dtype"]
+    return runs, outputs, spec["dtype"], "dense"
 
 
 def main(argv: list[str]) -> int:
@@ -91,9 +95,10 @@ def main(argv: list[str]) -> int:
     spec = msgspec.json.decode(spec_path.read_bytes())
     requests = decode_requests(spec["requests"])
     runner = _run_frame if spec["system"] == "frame" else _run_transformers
-    runs, outputs, dtype = runner(spec, requests)
+    runs, outputs, dtype, weights = runner(spec, requests)
     median = sorted(runs, key=lambda r: r["output_tok_s"])[len(runs) // 2]
-    result = {"system": spec["system"], "dtype": dtype, "summary": median, "runs": runs, "outputs": outputs,
+    result = {"system": spec["system"], "dtype": dtype, "weights": weights, "summary": median, "runs": runs,
+              "outputs": outputs,
               "peak_rss_mib": peak_rss_mib(),
               "tensor_parallel_size": spec["engine"].get("tensor_parallel_size", 1) if spec["system"] == "frame" else 1}
     result_path.write_bytes(msgspec.json.encode(result))
