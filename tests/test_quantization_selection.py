@@ -22,7 +22,7 @@ def hooks() -> PluginHooks:
 
 def _source(path: Path, quantization_config: object = None) -> SimpleNamespace:
     hf_config = SimpleNamespace(quantization_config=quantization_config) if quantization_config else SimpleNamespace()
-    return SimpleNamespace(path=path, hf_config=hf_config)
+    return SimpleNamespace(path=path, hf_config=hf_config, is_gguf=path.is_file() and path.suffix == ".gguf")
 
 
 def test_the_declared_method_is_read_from_a_dict_or_an_object() -> None:

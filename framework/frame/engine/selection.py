@@ -191,8 +191,7 @@ def declared_quantization(hf_config: object) -> str | None:
 def _default_quantization(hooks: PluginHooks, source: ModelSource, platform: Platform | None) -> str | None:
     """``gguf`` for a ``.gguf`` file when that plugin is installed and the platform has a kernel for one of its
     block formats (without one, every call would dequantise: dense weights are faster); else None."""
-    if not (source.path.is_file() and source.path.suffix == ".gguf") or "gguf" not in hooks.registry.names(
-            "quantization"):
+    if not source.is_gguf or "gguf" not in hooks.registry.names("quantization"):
         return None
     if platform is not None:
         formats = set(hooks.create_quantization("gguf", None).formats)
