@@ -118,13 +118,12 @@ def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None, float_outpu
 
 
 def pack_weight_f32(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` [out, in] (float32, or bfloat16 kept as it is) in ``packed_linear_f32``'s layout: panels of 16
-    output columns, each holding the 16 columns' weights side by side for every input feature, [out / 16][in][16],
-    flattened."""
-    out_features, in_features = weight.shape
-    if weight.dtype != torch.bfloat16:
-        weight = weight.float()
-    return weight.reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous().reshape(-1)
+    """``weight`` [out, in] (float32, or bfloat16 kept as it is) in the layout this build's ``packed_linear_f32``
+    reads, flattened: panels of 16 output columns, each holding the 16 columns' weights side by side for every input
+    feature, [out / 16][in][16]; on AVX-512 a bfloat16 weight's pairs of panels hold two columns in each 32-bit lane
+    (``csrc/packed_linear_f32.cpp``), so the layout is the kernel's to choose."""
+    load()
+    return torch.ops.frame_cpu.pack_weight_f32.default(weight)
 
 
 def float32_linear(weight: torch.Tensor, bias: torch.Tensor | None):

@@ -77,6 +77,20 @@ def test_bfloat16_rows_come_back_rounded_once(rows: int) -> None:
 
 
 @needs_avx2_fma
+@pytest.mark.parametrize("out_features", [16, 80, 96, 112])  # one panel; pairs and a last, odd panel; pairs only
+@pytest.mark.parametrize("rows", [1, 7, 14, 15])
+def test_bfloat16_weights_give_the_bits_of_the_same_weights_widened_to_float32(out_features: int, rows: int) -> None:
+    # On AVX-512 a bfloat16 weight's panels hold two columns a lane and widen by a shift and an AND; a float32
+    # weight's do not. The sums are the same, in the same order, so the outputs must be the same bits.
+    gen = torch.Generator().manual_seed(out_features + rows)
+    x, weight = torch.randn(rows, 72, generator=gen), torch.randn(out_features, 72, generator=gen).bfloat16()
+    bias = torch.randn(out_features, generator=gen)
+    got = kernels.float32_linear(weight, bias)(x)
+    assert torch.equal(got, kernels.float32_linear(weight.float(), bias)(x))
+    torch.testing.assert_close(got.double(), _exact(x, weight, bias), rtol=1e-5, atol=1e-4)
+
+
+@needs_avx2_fma
 def test_bfloat16_rows_do_not_depend_on_their_batch() -> None:
     gen = torch.Generator().manual_seed(0)
     linear = kernels.float32_linear(torch.randn(64, 96, generator=gen).bfloat16(), None)

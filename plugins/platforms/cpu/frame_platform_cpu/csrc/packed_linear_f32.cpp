@@ -18,11 +18,19 @@
 // accumulators, so each broadcast of x feeds two FMAs and each weight load fourteen, at twice AVX2's width. The
 // sums are the AVX2 tile's, step for step.
 //
+// A bfloat16 weight on AVX-512 (Ice Lake, Cascade Lake: no bfloat16 dot product) is packed with two columns in
+// each 32-bit lane: a pair of panels holds, for each input feature, column j in the low half of lane j and column
+// 16 + j in the high half, [n / 32][k][16][2]. One 64-byte load then gives 32 weights, and they widen with one
+// shift (the low halves) and one AND (the high ones), where the [k][16] layout took two `vpmovzxwd`, which compete
+// for one port with the broadcasts of x, and two shifts. A last, odd panel keeps [k][16]. `pack_weight_f32` (this
+// file) packs whichever layout this build reads; the sums, and so the bits, are the same either way.
+//
 // Each output is one float32 sum over k in order, whatever the number of rows, so a row's result does not depend
 // on what it is batched with (nor on the ISA: AVX2 and AVX-512 give the same bits).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
@@ -101,11 +109,51 @@ void tile(const float* x, int64_t ldx, const W* panel, int64_t k, const float* b
     }
 }
 
+// R rows x a pair of bfloat16 panels packed two columns a lane ([k][16][2], `pair`): y [R, 32] (+ bias). The first
+// row tile of a pair also asks for the next pair (`ahead`), whose k-steps are a cache line each.
+constexpr int64_t kPairLead = 16;  // k-steps (cache lines) a pair asks ahead of itself
+
+template <int R>
+void pair_tile(const float* x, int64_t ldx, const uint16_t* pair, int64_t k, const float* bias, float* y,
+               int64_t ldy, const uint16_t* ahead) {
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  for (int64_t i = 0; i < k; ++i) {
+    if (ahead != nullptr) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * 2 * kPanel), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pair + (i + kPairLead) * 2 * kPanel), _MM_HINT_T0);
+    const __m512i lanes = _mm512_loadu_si512(pair + i * 2 * kPanel);
+    const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(lanes, 16));
+    const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(lanes, high));
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(x[r * ldx + i]);
+      acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      if (bias != nullptr) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_loadu_ps(bias + 16 * c));
+      _mm512_storeu_ps(y + r * ldy + 16 * c, acc[r][c]);
+    }
+}
+
 template <int C, typename W>
 void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k, const float* bias, float* y,
                int64_t ldy, const W* ahead) {
-  with_rows(rows, [&](auto r) { tile<decltype(r)::value, C, W>(x, ldx, panel, k, bias, y, ldy, ahead); });
+  if constexpr (C == 2 && std::is_same_v<W, uint16_t>) {
+    with_rows(rows, [&](auto r) { pair_tile<decltype(r)::value>(x, ldx, panel, k, bias, y, ldy, ahead); });
+  } else {
+    with_rows(rows, [&](auto r) { tile<decltype(r)::value, C, W>(x, ldx, panel, k, bias, y, ldy, ahead); });
+  }
 }
+
+// A bfloat16 weight's pairs of panels hold two columns a lane on AVX-512 (see the top of the file).
+constexpr bool kBf16PairLanes = true;
 
 // Every pair of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a last,
 // odd panel alone.
@@ -131,6 +179,8 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
   });
 }
 #elif defined(__AVX2__) && defined(__FMA__)
+
+constexpr bool kBf16PairLanes = false;
 
 // Eight of a panel's weights as float32: float32 as they are, bfloat16 widened exactly (the top half of a float).
 inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
@@ -195,6 +245,8 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
     }
   });
 }
+#else
+constexpr bool kBf16PairLanes = false;
 #endif
 
 // float32 x and weight: y float32. bfloat16 weight (storage only: this CPU has no bfloat16 dot product): x
@@ -230,10 +282,30 @@ at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, cons
 #endif
 }
 
+// `weight` [n, k] (float32, or bfloat16 kept as it is) in the layout this build's `packed_linear_f32` reads,
+// flattened: panels of 16 columns, [n / 16][k][16]; on AVX-512 a bfloat16 weight's pairs of panels two columns a
+// lane, [n / 32][k][16][2], and a last, odd panel [k][16].
+at::Tensor pack_weight_f32(const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) % kPanel == 0,
+              "pack_weight_f32 takes a weight [out_features, in_features] with out_features a multiple of 16");
+  const at::Tensor w = weight.scalar_type() == at::kBFloat16 ? weight : weight.to(at::kFloat);
+  const int64_t n = w.size(0), k = w.size(1);
+  const int64_t paired = w.scalar_type() == at::kBFloat16 && kBf16PairLanes ? n / (2 * kPanel) * 2 * kPanel : 0;
+  at::Tensor panels = w.narrow(0, paired, n - paired).reshape({-1, kPanel, k}).permute({0, 2, 1}).reshape(-1);
+  if (paired == 0) return panels.contiguous();
+  // [pairs][2][16][k] -> [pairs][k][16][2]: column j of a pair's first panel, then column j of its second.
+  const at::Tensor pairs = w.narrow(0, 0, paired).reshape({-1, 2, kPanel, k}).permute({0, 3, 2, 1}).reshape(-1);
+  return at::cat({pairs, panels}).contiguous();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("packed_linear_f32(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
+  m.def("pack_weight_f32(Tensor weight) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("packed_linear_f32", &packed_linear_f32); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("packed_linear_f32", &packed_linear_f32);
+  m.impl("pack_weight_f32", &pack_weight_f32);
+}
