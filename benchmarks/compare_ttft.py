@@ -10,7 +10,8 @@ It drives the two other systems through ``compare_vllm.py``'s and ``compare_llam
 vLLM gets the weights transformers dequantises from the GGUF (exported once), ``VLLM_ENV`` and vLLM's own chunked
 prefill; llama.cpp reads the GGUF itself (its packed blocks; frame and vLLM run them dense in ``--dtype``), with its
 weight-repacking buffers off unless ``--llamacpp-extra-buffers`` (they crash on batched prompts on AMX Xeons).
-Every system warms up first (vLLM on the whole prompt, the others on its first ``--warmup-tokens``), and every
+Every system warms up first (frame and vLLM on the whole prompt, llama.cpp, whose every prefill takes tens of seconds
+and compiles nothing, on its first ``--warmup-tokens``), and every
 round starts with an empty prefix cache (frame's ``cache.reset()``, vLLM's ``reset_prefix_cache()``, llama.cpp's
 ``reset()``). Each round records the cores that processes outside the benchmark kept busy (``bg cores``) and the
 load average: on a shared machine only the ratios mean anything. A system that cannot start (no ``--vllm-python``,
@@ -27,7 +28,6 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="llama.cpp's threads (on a loaded host its spinning barriers may run faster on fewer)")
     parser.add_argument("--warmup-tokens", type=int, default=1024,
-                        help="frame and llama.cpp warm up on the prompt's first this many tokens (neither compiles "
-                             "per shape); vLLM on the whole prompt, since its graphs compile per batch shape")
+                        help="llama.cpp warms up on the prompt's first this many tokens (it compiles nothing per "
+                             "shape, and its whole prefill takes tens of seconds); frame and vLLM on the whole prompt, "
+                             "so the first timed round finds the KV pool and buffers touched, as a server's would be")
     parser.add_argument("--llamacpp-extra-buffers", action=argparse.BooleanOptionalAction, default=False,
                         help="llama.cpp's weight repacking (AMX / repack kernels); off by default because on a Xeon "
                              "with AMX its buffers crash on batched prompts unless built by build_llamacpp.sh")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 if why is not None:
                     console.print(f"[yellow]{name} left out:[/yellow] {why}")
             warm_up(engine)
-            drive(engine, [replace(requests[0], prompt_token_ids=tuple(prompt[:args.warmup_tokens]))])
+            drive(engine, requests)
 
             def frame_round() -> dict[str, Any]:
                 engine.cache.reset()
