@@ -1,6 +1,6 @@
 // Prefill items of the bfloat16 path on AMX, blocked flash-style with the scores transposed: for each KV head, the
-// item's query rows go in blocks of 16 against 32-key steps read straight from the paged pool, both products on
-// tiles (float32 accumulate), the online softmax on vectors.
+// item's query rows go in blocks of 16 against 32-key sub-steps of the paged pool, both products on tiles (float32
+// accumulate), the online softmax on vectors.
 //
 // Why transposed: the earlier AMX prefill (amx_tile_rows in bf16_path.h) scored S = Q K^T, one row per vector, so
 // each row's softmax step needed horizontal max and sum reductions and a rescale of its own; at 2,000 tokens and
@@ -18,6 +18,10 @@
 //   products. Scores are scaled inside the exponent (exp2 of s * scale * log2(e) - m * scale * log2(e)).
 // - Causal masking: a row block whose tokens all lie before a step's first key skips the step (no tile work);
 //   steps that reach past a block's first token mask per key and row.
+// - Overlap (D = 64): a step's (row block, sub-step) units run as one stream; the tiles' work for the next unit's
+//   scores and the last unit's P^T . V is issued in pieces inside the current unit's softmax loop, so the tile unit
+//   and the vector units run side by side (stream, tile_piece). With random data the tile unit is the bound: eight
+//   products and two score stores a unit.
 #pragma once
 
 #include "amx_tiles.h"
@@ -111,14 +115,23 @@ class FlashPrefill {
 
  private:
   // Q^T of every row block as dimension pairs: qt_[b][c][i][lane] = (q[lane][32c + 2i], q[lane][32c + 2i + 1]).
+  // Each block's 16 rows of one 32-dim chunk are 16 vectors of 16 pairs, transposed in registers (a pair at a time
+  // into qt_ had been 4% of the kernel; 1.02x).
   void load_queries(const WorkItem& item, int64_t q_start, int64_t h, int64_t rows, int64_t groups) {
-    std::fill(qt_.begin(), qt_.end(), 0u);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = r / groups, g = r % groups;
-      const auto* q = reinterpret_cast<const uint32_t*>(
-          p_.query + (q_start + item.first_token + t) * p_.query_stride + (h * groups + g) * D);
-      uint32_t* dst = qt_.data() + (r / 16) * (D / 32) * 256 + r % 16;
-      for (int i = 0; i < D / 2; ++i) dst[(i / 16) * 256 + (i % 16) * 16] = q[i];
+    for (int64_t b = 0; b * 16 < rows; ++b) {
+      const uint16_t* q[16];
+      for (int l = 0; l < 16; ++l) {
+        const int64_t r = b * 16 + l, t = r / groups, g = r % groups;
+        q[l] = r < rows ? reinterpret_cast<const uint16_t*>(p_.query + (q_start + item.first_token + t) * p_.query_stride +
+                                                            (h * groups + g) * D)
+                        : nullptr;
+      }
+      for (int c = 0; c < D / 32; ++c) {
+        __m512i v[16];
+        for (int l = 0; l < 16; ++l) v[l] = q[l] != nullptr ? _mm512_loadu_si512(q[l] + 32 * c) : _mm512_setzero_si512();
+        transpose16(v);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(qt_.data() + (b * (D / 32) + c) * 256 + i * 16, v[i]);
+      }
     }
   }
 
