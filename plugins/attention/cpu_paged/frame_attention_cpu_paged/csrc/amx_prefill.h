@@ -60,6 +60,8 @@ struct LineAligned {
   void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
   template <typename U>
   bool operator==(const LineAligned<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const LineAligned<U>&) const { return false; }
 };
 template <typename T>
 using LineVector = std::vector<T, LineAligned<T>>;
