@@ -7,10 +7,12 @@ loops; ``avx512f``: the AVX2 loops), the same tests check that class's path on t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from frame.interfaces.kv_dtype import dequantize_rows
-from frame.testing.attention import make_batch, quantized_kv
+from frame.testing.attention import build_metadata, make_batch, quantized_kv
 from frame_attention_cpu_paged import kernel
 from frame_attention_cpu_paged.backend import CpuPagedAttention
 
@@ -70,6 +72,36 @@ def test_scores_that_climb_along_the_prompt_rescale_without_overflow() -> None:
     out = backend.forward(q, k, v, k_cache, v_cache, meta)
     assert torch.isfinite(out.float()).all()
     torch.testing.assert_close(out.float(), float32_reference(q, k_cache, v_cache, meta, 1.0), atol=2e-2, rtol=2e-2)
+
+
+def test_rows_that_rescale_and_rows_that_do_not_keep_their_bits_however_the_prompt_is_split() -> None:
+    # The blocked kernel skips its max pass unless some row of a 16-row block may have passed its reference
+    # maximum; then the block takes the max pass and only the rows that rise change. Here every fifth token's
+    # queries climb (their rows rise again and again, well past the 2^8 margin) while the others stay flat, over
+    # 700 tokens (two 512-key steps): splitting the prompt into other steps puts other rows beside them in each block
+    # and in each item, and every row must still get the bits the whole prompt gave it.
+    tokens, block, heads, kv_heads, dim = 700, 16, 9, 3, 64
+    gen = torch.Generator().manual_seed(21)
+    q, k, v = (torch.randn(tokens, n, dim, generator=gen) for n in (heads, kv_heads, kv_heads))
+    climb = torch.ones(tokens, 1, 1)
+    climb[::5] = torch.linspace(1.0, 40.0, tokens)[::5, None, None]
+    q, k, v = (q * climb).bfloat16(), (k * torch.linspace(0.5, 3.0, tokens)[:, None, None]).bfloat16(), v.bfloat16()
+    table = torch.randperm(48, generator=gen)[:(tokens + block - 1) // block].tolist()
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16)
+
+    def attend(steps: list[int]) -> torch.Tensor:
+        k_cache, v_cache = (torch.zeros(48, block, kv_heads, dim, dtype=torch.bfloat16) for _ in range(2))
+        outs, done = [], 0
+        for n in steps:
+            meta = dataclasses.replace(build_metadata([done], [n], [table], block), prompt=torch.tensor([True]))
+            outs.append(backend.forward(q[done:done + n], k[done:done + n], v[done:done + n], k_cache, v_cache, meta))
+            done += n
+        return torch.cat(outs)
+
+    whole = attend([tokens])
+    assert torch.isfinite(whole.float()).all()
+    for steps in ([1, tokens - 1], [7, 300, tokens - 307], [333, tokens - 333]):
+        assert torch.equal(attend(steps), whole), steps
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn])
