@@ -1,7 +1,7 @@
 """Prefill speed of one prompt at a time, offline: tokens/s at several lengths and attention's share of the time.
 
     .venv/bin/python benchmarks/prefill_speed.py [--lengths 512,2048,8000] [--rounds 3] [--dtype bfloat16] \\
-        [--attn cpu_paged] [--max-num-batched-tokens 2048] [--json FILE]
+        [--attn cpu_paged] [--max-num-batched-tokens 2048] [--quantization none] [--json FILE]
 
 One EngineCore in this process (the bundled SmolLM2-135M unless --model; config defaults otherwise). Each round
 prefills one new prompt of each length (long_prefill.py's text, headed by the round and length) with
@@ -73,11 +73,16 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--attn", default="cpu_paged")
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--quantization", default=None,
+                        help="frame's --quantization (default: the config's; the bundled GGUF then runs packed): none "
+                             "runs the dense weights compare_ttft.py gives frame and vLLM")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     overrides = {"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}
+    if args.quantization:
+        overrides["quantization"] = args.quantization
     engine = EngineCore(build_config(None, model=args.model, dtype=args.dtype, attn=args.attn,
                                      kv_cache_dtype=args.kv_cache_dtype, max_model_len=max(lengths) + 8, **overrides))
     clock = AttentionClock()
