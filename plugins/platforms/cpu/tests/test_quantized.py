@@ -119,6 +119,25 @@ def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) ->
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
+@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_vnni_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> None:
+    # A thread's share of a lone row's groups runs four at a time and the last 1-3 together, each set asking ahead
+    # for the next one's weight: every split of 1-10 groups (the last padded) gives the batched row's bits.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for out_features in (*range(16, 161, 16), 97):
+            weight = packed(fmt, out_features, 192, seed=out_features)
+            linear = quantized.ggml_linear(weight, None, vnni=True)
+            x = torch.randn(5, 192, generator=torch.Generator().manual_seed(9)).bfloat16()
+            together = linear(x)
+            assert torch.equal(linear(x[2:3]), together[2:3]), out_features
+    finally:
+        torch.set_num_threads(previous)
+
+
 NATIVE = ["q5_0", "q5_1", "iq4_nl"]
 
 

@@ -327,16 +327,35 @@ inline __m512i block_dot(const uint8_t* wb, const __m512i* xq4, __m512i start) {
   return _mm512_add_epi32(low, in_place ? _mm512_srai_epi32(high, 4) : high);
 }
 
+// Where group_set_vnni asks for the weight ahead: into L2 on AMD (on a Zen 4 core four groups' streams asked into L1
+// held its miss buffers: a one-row step's q4_1 linears 5.9 -> 4.8 ms on one core, 3.6 -> 3.0 on two), into L1 on
+// Intel's Xeons with AMX (there 3-5% faster than L2 at one and two threads, benchmarks/decode_rows.py's step).
+#if defined(__AMX_TILE__)
+constexpr _mm_hint kSetHint = _MM_HINT_T0;
+#else
+constexpr _mm_hint kSetHint = _MM_HINT_T1;
+#endif
+
 // G adjacent groups (group_qbytes / group_scales apart) against one row of quantized x, their blocks taken in
 // step: a decode row's product. out[i] lane j = group i's row j's dot. With one group at a time a row's step
 // waited on the weight's latency (one stream, one chain of vpdpbusd per block); G streams and chains overlap.
 // The sums stay in registers (local, read through nothing that could alias them) and are stored once at the end.
+//
+// Each group's stream is asked for kPrefetchAhead bytes ahead. Near its end that address would fall in the next
+// group, which this set reads already; instead it moves on to the group that takes this one's place in the next
+// set of `next` groups (the caller's next call), so those streams start warm. Without that every set began with
+// G cold streams: on the Xeon with AMX a one-row step's linears read 7-11% slower, one thread or two.
 template <int64_t Format, int G>
 void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                    int64_t nb, const QuantizedRows& xq, __m512* out) {
+                    int64_t nb, const QuantizedRows& xq, int next, __m512* out) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
+  constexpr int64_t scales_ahead = kPrefetchAhead / 8;  // float16 values: as many blocks ahead as the qs when
+                                                        // a block's scales fill a line, twice as many otherwise
+  // From these blocks on, a group's prefetch address passes its end: add the step to its successor's.
+  const int64_t q_turn = nb - kPrefetchAhead / qbytes, s_turn = nb - scales_ahead / sbytes;
+  const int64_t q_step = (G - 1) * group_qbytes, s_step = (G - 1) * group_scales;
   __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* qx = xq.q.data();
@@ -353,16 +372,20 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
     const __m512 dx = _mm512_set1_ps(xd[b]);
     const __m512 sx = _mm512_set1_ps(xs[b]);
     const __m512i start = offset ? _mm512_set1_epi32(-offset * xsum[b]) : _mm512_setzero_si512();
+    const bool q_turned = b >= q_turn, s_turned = b >= s_turn;
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* wb = qs + g * group_qbytes + b * qbytes;
       const uint16_t* sb = scales + g * group_scales + b * sbytes;
-      // Into L2, not L1 as group_vnni does: each weight line is read once here, and on a Zen 4 core four groups'
-      // streams asked into L1 held its miss buffers (a one-row step's q4_1 linears 5.9 -> 4.8 ms on one core,
-      // 3.6 -> 3.0 on two; prefetcht0 stays better where several rows reuse each line from L1).
-      // The scales ahead too, a line per block where a block's d and m fill one (q4_1, q5_1), else every other.
-      for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T1);
-      if (sbytes * 2 == 64 || b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchAhead / 8), _MM_HINT_T1);
+      // A group with no successor asks for nothing once past its end; the scales ahead a line per block where a
+      // block's d and m fill one (q4_1, q5_1), else every other.
+      if (!q_turned || g < next)
+        for (int c = 0; c < quads; ++c)
+          _mm_prefetch(reinterpret_cast<const char*>(wb + (q_turned ? q_step : 0) + kPrefetchAhead + 64 * c),
+                       kSetHint);
+      if ((sbytes * 2 == 64 || b % 2 == 0) && (!s_turned || g < next))
+        _mm_prefetch(reinterpret_cast<const char*>(sb + (s_turned ? s_step : 0) + scales_ahead),
+                     kSetHint);
       const __m512i dot = block_dot<Format>(wb, xq4, start);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
@@ -372,6 +395,28 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
     }
   }
   for (int i = 0; i < G; ++i) out[i] = acc[i];
+}
+
+// A thread's groups [g, end) of a one-row product, kDecodeGroups at a time and the last 1-3 together.
+// store(sums, g, count): groups g.. of y.
+template <int64_t Format, typename Store>
+void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
+                     int64_t nb, const QuantizedRows& xq, int64_t g, int64_t end, Store&& store) {
+  __m512 acc[kDecodeGroups];
+  while (g < end) {
+    const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g));
+    const int next = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g - count));
+    const uint8_t* gq = qs + g * group_qbytes;
+    const uint16_t* gs = scales + g * group_scales;
+    switch (count) {
+      case 1: group_set_vnni<Format, 1>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
+      case 2: group_set_vnni<Format, 2>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
+      case 3: group_set_vnni<Format, 3>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
+      default: group_set_vnni<Format, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
+    }
+    store(acc, g, count);
+    g += count;
+  }
 }
 
 template <int64_t Format>
@@ -477,19 +522,20 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   };
   // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    __m512 acc[std::max(kVnniRows, kDecodeGroups)];
+    if (m == 1) {  // a decode row: its groups kDecodeGroups at a time
+      with_format(format, [&](auto f) {
+        group_sets_vnni<decltype(f)::value>(qp, group_qbytes, sp, group_scales, nb, xq, begin, end,
+                                            [&](const __m512* sums, int64_t g, int count) {
+                                              for (int i = 0; i < count; ++i) store(sums[i], 0, (g + i) * 16);
+                                            });
+      });
+      return;
+    }
+    __m512 acc[kVnniRows];
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* gq = qp + g * group_qbytes;
       const uint16_t* gs = sp + g * group_scales;
       const int64_t col = g * 16;
-      if (m == 1 && g + kDecodeGroups <= end) {  // a decode row: kDecodeGroups groups in step
-        with_format(format, [&](auto f) {
-          group_set_vnni<decltype(f)::value, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, acc);
-        });
-        for (int i = 0; i < kDecodeGroups; ++i) store(acc[i], 0, col + 16 * i);
-        g += kDecodeGroups - 1;
-        continue;
-      }
       // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
       for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
