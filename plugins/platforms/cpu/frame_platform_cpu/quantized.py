@@ -155,7 +155,26 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
         return op(x, qs, scales, fmt, out_features, float_bias)
 
     linear.own_copy = True  # type: ignore[attr-defined]
+    linear.swiglu = lambda: _repacked_swiglu(linear, qs, scales, fmt, out_features, float_bias)  # type: ignore
     return linear
+
+
+def _repacked_swiglu(linear: Kernel, qs: torch.Tensor, scales: torch.Tensor, fmt: int, out_features: int,
+                     bias: torch.Tensor | None) -> Kernel:
+    """SwiGLU's ``silu(gate) * up`` over a repacked ``[gate | up]`` weight: for bfloat16 x the activation runs in the
+    product's epilogue (``ggml_swiglu_repacked``, the same bits as the product then ``silu_and_mul``), saving the
+    wide output and an op call a layer; float32 x takes the product and torch's activation."""
+    op, intermediate = torch.ops.frame_cpu.ggml_swiglu_repacked.default, out_features // 2
+    unfused = kernels.gated(linear)
+    if out_features % 32:
+        return unfused
+
+    def swiglu(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dim() != 2 or x.dtype != torch.bfloat16:
+            return unfused(x)
+        return op(x, qs, scales, fmt, intermediate, bias)
+
+    return swiglu
 
 
 def mixed_linear(packed: PackedWeight, bias: torch.Tensor | None) -> Kernel | None:
@@ -195,8 +214,15 @@ def packed_layer_kernel(layer: torch.nn.Module, packed: PackedWeight, gated: boo
     bias = getattr(layer, "bias", None)
     if packed.format == "mixed":
         linear = mixed_linear(packed, bias)
-        return kernels.gated(linear) if linear is not None and gated else linear
+        return _gated(linear) if linear is not None and gated else linear
     if packed.format == "int8" and (kernel := w8a8.layer_kernel(packed, bias, gated)) is not None:
         return kernel  # AMX int8 tiles or AVX-512 VNNI, x per token
     linear = int8_linear(packed, bias) if packed.format == "int8" else ggml_linear(packed, bias)
-    return kernels.gated(linear) if linear is not None and gated else linear
+    return _gated(linear) if linear is not None and gated else linear
+
+
+def _gated(linear: Kernel) -> Kernel:
+    """SwiGLU after a product kernel: in the product's own epilogue where the kernel offers one (``swiglu``: the
+    repacked ggml blocks), else the product then the activation."""
+    swiglu = getattr(linear, "swiglu", None)
+    return swiglu() if swiglu is not None else kernels.gated(linear)

@@ -138,6 +138,35 @@ def test_vnni_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> Non
         torch.set_num_threads(previous)
 
 
+@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q5_1"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vnni_swiglu_epilogue_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
+    # SwiGLU's [gate | up] projection runs the activation in the product's epilogue for bfloat16 x: the same bits
+    # as the product followed by silu_and_mul, for a lone row (gate and up groups in sets) and for row tiles.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for intermediate, with_bias in ((80, True), (160, False), (16, True)):
+            weight = packed(fmt, 2 * intermediate, 192, seed=intermediate)
+            bias = torch.randn(2 * intermediate, generator=torch.Generator().manual_seed(3)) if with_bias else None
+            layer = torch.nn.Linear(192, 2 * intermediate, bias=with_bias)
+            if bias is not None:
+                layer.bias.data = bias
+            fused = quantized.packed_layer_kernel(layer, weight, gated=True)
+            product = quantized.ggml_linear(weight, layer.bias)
+            x = torch.randn(6, 192, generator=torch.Generator().manual_seed(4)).bfloat16()
+            for rows in (x[:1], x[2:3], x):
+                expected = torch.ops.frame_cpu.silu_and_mul(product(rows))
+                out = fused(rows)
+                assert out.shape == (rows.shape[0], intermediate) and torch.equal(out, expected), intermediate
+            # float32 rows keep the product and torch's activation
+            gate, up = product(x.float()).chunk(2, dim=-1)
+            torch.testing.assert_close(fused(x.float()), torch.nn.functional.silu(gate) * up)
+    finally:
+        torch.set_num_threads(previous)
+
+
 NATIVE = ["q5_0", "q5_1", "iq4_nl"]
 
 

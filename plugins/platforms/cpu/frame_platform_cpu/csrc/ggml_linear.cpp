@@ -37,8 +37,9 @@
 #include <vector>
 
 #include "bfloat16_bits.h"
-#include "linear_bias.h"
 #include "ggml_blocks.h"
+#include "linear_bias.h"
+#include "swiglu.h"
 
 namespace {
 
@@ -342,20 +343,27 @@ constexpr _mm_hint kSetHint = _MM_HINT_T1;
 // The sums stay in registers (local, read through nothing that could alias them) and are stored once at the end.
 //
 // Each group's stream is asked for kPrefetchAhead bytes ahead. Near its end that address would fall in the next
-// group, which this set reads already; instead it moves on to the group that takes this one's place in the next
-// set of `next` groups (the caller's next call), so those streams start warm. Without that every set began with
-// G cold streams: on the Xeon with AMX a one-row step's linears read 7-11% slower, one thread or two.
+// group, which this set reads already; instead it moves on to the group that takes this one's place in the set the
+// caller runs next (`next`: its first group and its size, the same group sizes), so those streams start warm.
+// Without that every set began with G cold streams: on the Xeon with AMX a one-row step's linears read 7-11%
+// slower, one thread or two.
+struct NextSet {
+  const uint8_t* qs;
+  const uint16_t* scales;
+  int groups;
+};
+
 template <int64_t Format, int G>
 void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                    int64_t nb, const QuantizedRows& xq, int next, __m512* out) {
+                    int64_t nb, const QuantizedRows& xq, NextSet next, __m512* out) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
   constexpr int64_t scales_ahead = kPrefetchAhead / 8;  // float16 values: as many blocks ahead as the qs when
                                                         // a block's scales fill a line, twice as many otherwise
-  // From these blocks on, a group's prefetch address passes its end: add the step to its successor's.
+  // From these blocks on, a group's prefetch address passes its end: it moves to its successor's stream.
   const int64_t q_turn = nb - kPrefetchAhead / qbytes, s_turn = nb - scales_ahead / sbytes;
-  const int64_t q_step = (G - 1) * group_qbytes, s_step = (G - 1) * group_scales;
+  const int64_t q_step = next.qs - qs - nb * qbytes, s_step = next.scales - scales - nb * sbytes;
   __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* qx = xq.q.data();
@@ -379,11 +387,11 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
       const uint16_t* sb = scales + g * group_scales + b * sbytes;
       // A group with no successor asks for nothing once past its end; the scales ahead a line per block where a
       // block's d and m fill one (q4_1, q5_1), else every other.
-      if (!q_turned || g < next)
+      if (!q_turned || g < next.groups)
         for (int c = 0; c < quads; ++c)
           _mm_prefetch(reinterpret_cast<const char*>(wb + (q_turned ? q_step : 0) + kPrefetchAhead + 64 * c),
                        kSetHint);
-      if ((sbytes * 2 == 64 || b % 2 == 0) && (!s_turned || g < next))
+      if ((sbytes * 2 == 64 || b % 2 == 0) && (!s_turned || g < next.groups))
         _mm_prefetch(reinterpret_cast<const char*>(sb + (s_turned ? s_step : 0) + scales_ahead),
                      kSetHint);
       const __m512i dot = block_dot<Format>(wb, xq4, start);
@@ -397,6 +405,18 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
   for (int i = 0; i < G; ++i) out[i] = acc[i];
 }
 
+// group_set_vnni for a set of 1..kDecodeGroups groups.
+template <int64_t Format>
+void group_set_any(int count, const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
+                   int64_t nb, const QuantizedRows& xq, NextSet next, __m512* out) {
+  switch (count) {
+    case 1: return group_set_vnni<Format, 1>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+    case 2: return group_set_vnni<Format, 2>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+    case 3: return group_set_vnni<Format, 3>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+    default: return group_set_vnni<Format, kDecodeGroups>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+  }
+}
+
 // A thread's groups [g, end) of a one-row product, kDecodeGroups at a time and the last 1-3 together.
 // store(sums, g, count): groups g.. of y.
 template <int64_t Format, typename Store>
@@ -406,16 +426,32 @@ void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sc
   while (g < end) {
     const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g));
     const int next = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g - count));
-    const uint8_t* gq = qs + g * group_qbytes;
-    const uint16_t* gs = scales + g * group_scales;
-    switch (count) {
-      case 1: group_set_vnni<Format, 1>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
-      case 2: group_set_vnni<Format, 2>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
-      case 3: group_set_vnni<Format, 3>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
-      default: group_set_vnni<Format, kDecodeGroups>(gq, group_qbytes, gs, group_scales, nb, xq, next, acc); break;
-    }
+    const NextSet after{qs + (g + count) * group_qbytes, scales + (g + count) * group_scales, next};
+    group_set_any<Format>(count, qs + g * group_qbytes, group_qbytes, scales + g * group_scales, group_scales, nb, xq,
+                          after, acc);
     store(acc, g, count);
     g += count;
+  }
+}
+
+// SwiGLU's [gate | up] weight, its `half` gate groups first: a thread's pairs [p, end) take the gate groups and
+// then the matching up groups kDecodeGroups at a time, each set asking ahead for the one after it.
+// store(gate sums, up sums, p, count): y's columns 16 p.. from pairs p...
+template <int64_t Format, typename Store>
+void gated_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
+                     int64_t nb, const QuantizedRows& xq, int64_t half, int64_t p, int64_t end, Store&& store) {
+  __m512 gate[kDecodeGroups], up[kDecodeGroups];
+  while (p < end) {
+    const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - p));
+    const int next = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - p - count));
+    const int64_t u = half + p;
+    const NextSet ups{qs + u * group_qbytes, scales + u * group_scales, count};
+    const NextSet gates{qs + (p + count) * group_qbytes, scales + (p + count) * group_scales, next};
+    group_set_any<Format>(count, qs + p * group_qbytes, group_qbytes, scales + p * group_scales, group_scales, nb,
+                          xq, ups, gate);
+    group_set_any<Format>(count, ups.qs, group_qbytes, ups.scales, group_scales, nb, xq, gates, up);
+    store(gate, up, p, count);
+    p += count;
   }
 }
 
@@ -480,8 +516,12 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
 
 // y = x W^T (+ b) over the repacked weight (the layout above): `qs` uint8 [groups, nb, quads, 16, 4], `scales`
 // float16 [groups, nb, 1 or 2, 16]; rows past out_features in the last group are padding and are not written.
-at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
-                                int64_t out_features, const c10::optional<at::Tensor>& bias) {
+// `gated`: the weight is SwiGLU's [gate | up] (out_features = 2 * intermediate, intermediate a multiple of 16, x
+// bfloat16) and y = silu(gate) * up [rows, intermediate]: each pair of sums rounded to bfloat16 as the product's
+// output would be, then swiglu.h's activation, so y has the bits of this product followed by silu_and_mul, without
+// the twice-as-wide output and the second op.
+at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                            int64_t out_features, const c10::optional<at::Tensor>& bias, bool gated) {
   TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
@@ -498,8 +538,11 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   const int64_t m = xc.size(0), k = xc.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
   TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
   TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
+  TORCH_CHECK(!gated || (n % 32 == 0 && xc.scalar_type() == at::kBFloat16),
+              "ggml_swiglu_repacked takes bfloat16 x and an intermediate size that is a multiple of 16");
   const float* bias_ptr = bias_data(bias, n);
-  at::Tensor y = at::empty({m, n}, xc.options());
+  const int64_t width = gated ? n / 2 : n, half = n / 32;  // half: the gate's groups
+  at::Tensor y = at::empty({m, width}, xc.options());
   if (m == 0 || n == 0) return y;
 #if FRAME_GGML_VNNI
   const QuantizedRows xq = quantize_rows(xc, true, has_min(format));
@@ -508,7 +551,7 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
   const int64_t group_qbytes = nb * quads * 64, group_scales = nb * nscales * 16;
   const bool as_float = xc.scalar_type() == at::kFloat;
   float* yf = as_float ? y.data_ptr<float>() : nullptr;
-  c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
+  auto* yb = as_float ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
   // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
   auto store = [&](__m512 sums, int64_t row, int64_t c) {
     const int lanes = static_cast<int>(std::min<int64_t>(16, n - c));
@@ -517,30 +560,53 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
     if (as_float) {
       _mm512_mask_storeu_ps(yf + row * n + c, mask, v);
     } else {  // rounded 16 lanes at a time (one by one, c10::BFloat16 took ~15% of a one-row step)
-      _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(yb) + row * n + c, mask, frame_cpu::narrow16(v));
+      _mm256_mask_storeu_epi16(yb + row * n + c, mask, frame_cpu::narrow16(v));
     }
   };
-  // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row.
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+  // Row `row` of y, columns c..c+15: silu(gate) * up of the gate group's and the up group's sums.
+  auto store_gated = [&](__m512 gate, __m512 up, int64_t row, int64_t c) {
+    if (bias_ptr) {
+      gate = _mm512_add_ps(gate, _mm512_loadu_ps(bias_ptr + c));
+      up = _mm512_add_ps(up, _mm512_loadu_ps(bias_ptr + width + c));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + row * width + c),
+                        frame_cpu::swiglu16(frame_cpu::round_to_bf16(gate), frame_cpu::round_to_bf16(up)));
+  };
+  // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row. A gated
+  // product splits its pairs of groups (gate, up) instead.
+  at::parallel_for(0, gated ? half : groups, 1, [&](int64_t begin, int64_t end) {
     if (m == 1) {  // a decode row: its groups kDecodeGroups at a time
       with_format(format, [&](auto f) {
-        group_sets_vnni<decltype(f)::value>(qp, group_qbytes, sp, group_scales, nb, xq, begin, end,
-                                            [&](const __m512* sums, int64_t g, int count) {
-                                              for (int i = 0; i < count; ++i) store(sums[i], 0, (g + i) * 16);
-                                            });
+        constexpr int64_t F = decltype(f)::value;
+        if (gated) {
+          gated_sets_vnni<F>(qp, group_qbytes, sp, group_scales, nb, xq, half, begin, end,
+                             [&](const __m512* gate, const __m512* up, int64_t p, int count) {
+                               for (int i = 0; i < count; ++i) store_gated(gate[i], up[i], 0, (p + i) * 16);
+                             });
+        } else {
+          group_sets_vnni<F>(qp, group_qbytes, sp, group_scales, nb, xq, begin, end,
+                             [&](const __m512* sums, int64_t g, int count) {
+                               for (int i = 0; i < count; ++i) store(sums[i], 0, (g + i) * 16);
+                             });
+        }
       });
       return;
     }
-    __m512 acc[kVnniRows];
+    __m512 acc[kVnniRows], up[kVnniRows];
     for (int64_t g = begin; g < end; ++g) {
-      const uint8_t* gq = qp + g * group_qbytes;
-      const uint16_t* gs = sp + g * group_scales;
-      const int64_t col = g * 16;
       // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
       for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
-        with_format(format, [&](auto f) { groups_vnni<decltype(f)::value>(gq, gs, nb, xq, r0, rows, k, acc); });
-        for (int r = 0; r < rows; ++r) store(acc[r], r0 + r, col);
+        with_format(format, [&](auto f) {
+          constexpr int64_t F = decltype(f)::value;
+          groups_vnni<F>(qp + g * group_qbytes, sp + g * group_scales, nb, xq, r0, rows, k, acc);
+          if (gated)
+            groups_vnni<F>(qp + (half + g) * group_qbytes, sp + (half + g) * group_scales, nb, xq, r0, rows, k, up);
+        });
+        for (int r = 0; r < rows; ++r) {
+          if (gated) store_gated(acc[r], up[r], r0 + r, g * 16);
+          else store(acc[r], r0 + r, g * 16);
+        }
       }
     }
   });
@@ -548,6 +614,17 @@ at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const
 #else
   TORCH_CHECK(false, "ggml_linear_repacked needs AVX-512 VNNI and BW, which this build lacks");
 #endif
+}
+
+at::Tensor ggml_linear_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                                int64_t out_features, const c10::optional<at::Tensor>& bias) {
+  return repacked_product(x, qs, scales, format, out_features, bias, false);
+}
+
+// silu(gate) * up of SwiGLU's [gate | up] weight repacked (2 * intermediate outputs) for bfloat16 x.
+at::Tensor ggml_swiglu_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                                int64_t intermediate, const c10::optional<at::Tensor>& bias) {
+  return repacked_product(x, qs, scales, format, 2 * intermediate, bias, true);
 }
 
 // True when this build has the AVX-512 VNNI kernel (the CPU has it and the compiler emitted it).
@@ -565,10 +642,13 @@ TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("ggml_linear(Tensor x, Tensor blocks, int format, Tensor? bias, bool portable=False) -> Tensor");
   m.def("ggml_linear_repacked(Tensor x, Tensor qs, Tensor scales, int format, int out_features, Tensor? bias) -> "
         "Tensor");
+  m.def("ggml_swiglu_repacked(Tensor x, Tensor qs, Tensor scales, int format, int intermediate, Tensor? bias) -> "
+        "Tensor");
   m.def("ggml_repacked_available() -> bool", &ggml_repacked_available);
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
   m.impl("ggml_linear", &ggml_linear);
   m.impl("ggml_linear_repacked", &ggml_linear_repacked);
+  m.impl("ggml_swiglu_repacked", &ggml_swiglu_repacked);
 }
