@@ -2,7 +2,7 @@
 // item's query rows go in blocks of 16 against 32-key sub-steps of the paged pool, both products on tiles (float32
 // accumulate), the online softmax on vectors.
 //
-// Why transposed: the earlier AMX prefill (amx_tile_rows in bf16_path.h) scored S = Q K^T, one row per vector, so
+// Why transposed: the earlier AMX prefill (amx_tile_rows in bf16_rows.h) scored S = Q K^T, one row per vector, so
 // each row's softmax step needed horizontal max and sum reductions and a rescale of its own; at 2,000 tokens and
 // more those vector instructions, not the tiles, were the bound. Here the tiles compute S^T = K Q^T: vector j holds
 // key j's scores for 16 query rows, so a step's max and sum are 31 vertical max / add instructions for 16 rows,
@@ -21,69 +21,28 @@
 // - Overlap (D = 64): a step's (row block, sub-step) units run as one stream; the tiles' work for the next unit's
 //   scores and the last unit's P^T . V is issued in pieces inside the current unit's softmax loop, so the tile unit
 //   and the vector units run side by side (stream, tile_piece). With random data the tile unit is the bound: eight
-//   products and two score stores a unit.
+//   products and two score stores a unit.//
+// This file holds the kernel's schedule: per item and KV head, the walk over steps of keys, the copies of K, V^T and
+// Q^T they need, the prefetches, and the streams of (row block, sub-step) units. The tiles' work is in
+// amx_flash_tiles.h, the softmax in amx_flash_softmax.h, the aligned storage and transposes in amx_flash_layout.h.
 #pragma once
 
+#include "amx_flash_layout.h"
+#include "amx_flash_softmax.h"
 #include "amx_tiles.h"
 #include "common.h"
 
-#include <new>
 #include <vector>
 
 #if FRAME_PAGED_AMX
 namespace frame_cpu_paged::amx {
 
-// 2^x for 16 lanes: 2^floor(x) * 2^f with f = x - floor(x) in [0, 1) (one vreduceps; vscalefps takes the floor
-// of x itself) on a degree-3 polynomial (least-squares fit of the relative error: at most 8e-5, far below the
-// bfloat16 rounding of the probabilities, 2e-3). Six instructions with the score's scaling where the degree-5
-// polynomial on a rounded x took nine: the kernel ran 1.06x faster for the degree, 1.03x for vreduceps. Very
-// negative x gives 0 (scalef underflows), never NaN.
-inline __m512 exp2_ps(__m512 x) {
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(7.7907164e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.2623319e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.957771e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9992783e-1f));
-  return _mm512_scalef_ps(p, x);
-}
-
-// Storage on 64-byte boundaries: a tile's 64-byte rows then each lie in one cache line. std::vector's default
-// allocator gives 16 (malloc's), and the tiles' loads and stores of V^T, Q^T and O^T each touched two lines a row:
-// aligned, the kernel ran 1.1x faster.
-template <typename T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <typename U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  template <typename U>
-  bool operator==(const LineAligned<U>&) const { return true; }
-  template <typename U>
-  bool operator!=(const LineAligned<U>&) const { return false; }
-};
-template <typename T>
-using LineVector = std::vector<T, LineAligned<T>>;
-
 template <int D>
-class FlashPrefill {
+class FlashPrefill : public FlashSoftmax<D> {
  public:
   using bf16 = c10::BFloat16;
-  static constexpr int kKeys = 32;               // keys per sub-step: one P^T tile's depth
-  // Sub-steps per step. Each row block's O^T goes between memory and the tiles once a step, and that swap (four
-  // tile stores after the products, four loads) had cost a sixth of the kernel at 4 sub-steps: 16 ran 1.08x
-  // faster, though the step's K and V^T (64 KB each) now stream from L2.
-  static constexpr int kSubs = D == 64 ? 16 : 4;
-  static constexpr int kStep = kKeys * kSubs;    // keys per step: V^T transposed once for every row block
-  static constexpr bool kResident = D == 64;     // O^T stays in tiles 0-3 for a whole step (D = 128 needs 8)
-  static constexpr float kLazy = 8.0f;           // log2 of how far a score may exceed its row's reference maximum
-  // Floats between row blocks' O^T: 256 bytes over its size, so that one block's O^T does not lie a multiple of
-  // 4 KB from the next's (the tiles' loads of the next block's O^T waited on the stores of the last block's, at
-  // the same 12 low address bits; 1.05-1.1x).
-  static constexpr int64_t kAccStride = D * 16 + 64;
 
-  explicit FlashPrefill(const Problem<bf16, bf16>& p) : p_(p), kc_(kStep * D), vt_(kSubs * D * kKeys, 0) {}
+  explicit FlashPrefill(const Problem<bf16, bf16>& p) : FlashSoftmax<D>(p) {}
 
   // True when this kernel can serve the problem's prefill items (the values' product goes four 16-dim tiles at a
   // time; a 16-key tile must lie in one block).
@@ -116,6 +75,14 @@ class FlashPrefill {
   }
 
  private:
+  using Base = FlashSoftmax<D>;
+  using typename Base::Pending;
+  using typename Base::TileWork;
+  using Base::kKeys, Base::kSubs, Base::kStep, Base::kResident, Base::kAccStride;
+  using Base::p_, Base::kc_, Base::vt_, Base::qt_, Base::acc_, Base::max_, Base::sum_, Base::pos_, Base::last_;
+  using Base::ahead_, Base::sent_, Base::zeros_;
+  using Base::scores, Base::values, Base::softmax, Base::load_acc, Base::store_acc, Base::acc_of;
+
   // Q^T of every row block as dimension pairs: qt_[b][c][i][lane] = (q[lane][32c + 2i], q[lane][32c + 2i + 1]).
   // Each block's 16 rows of one 32-dim chunk are 16 vectors of 16 pairs, transposed in registers (a pair at a time
   // into qt_ had been 4% of the kernel; 1.02x).
@@ -158,33 +125,6 @@ class FlashPrefill {
         _mm512_storeu_si512(out + d * 16, lo[i]);
         _mm512_storeu_si512(out + (d + 4) * 16, hi[i]);
       }
-    }
-  }
-
-  // In-place transpose of 16 vectors of 16 32-bit lanes.
-  static void transpose16(__m512i* r) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-      r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-      r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-      r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-      r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-      t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-      t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-      t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; ++i) {
-      r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-      r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-      r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-      r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
     }
   }
 
@@ -258,13 +198,6 @@ class FlashPrefill {
     }
   }
 
-  // A sub-step's P^T . V not yet added to O^T.
-  struct Pending {
-    const uint32_t* pt = nullptr;
-    const uint16_t* vt = nullptr;
-    bool last = false;  // the row block's last sub-step (stream)
-  };
-
   // One row block against one step of keys [k0, k0 + n), sub-step by sub-step up to the block's last token. The
   // tiles' work is issued a sub-step ahead or behind the softmax on the vectors, so neither waits on the other's
   // stores: the next sub-step's scores go to the tiles before this one's softmax reads its own, and this one's
@@ -333,235 +266,6 @@ class FlashPrefill {
     store_acc(acc_of(b));
   }
 
-  // Tile work spread over a softmax (D = 64): the next sub-step's scores (k_tiles null: none) and the pending
-  // P^T . V, in pieces the vector loop issues between its own instructions, so that the reorder buffer always
-  // holds both kinds: issued whole before or after the softmax, the tiles' instructions sat at its head waiting
-  // on each other while the vectors' filled it, and the two units took turns (spread: 1.04x).
-  struct TileWork {
-    const uint32_t* qt;
-    const bf16* const* k_tiles;
-    int n;
-    float* s;
-    Pending* pending;
-    float* out_acc;  // not null: after the product, tiles 0-3 go here and come from in_acc
-    float* in_acc;
-  };
-
-  // Piece k (0-15) of `work`. Tiles as in step(): 4-5 the scores, 6 K, 7 Q^T; then 4 P^T, 5-7 V^T.
-  static void tile_piece(int k, TileWork& work) {
-    if (work.k_tiles != nullptr) {
-      switch (k) {
-        case 0:
-          _tile_zero(4);
-          _tile_zero(5);
-          _tile_loadd(7, work.qt, 64);
-          _tile_loadd(6, work.k_tiles[0], 64);
-          _tile_dpbf16ps(4, 6, 7);
-          break;
-        case 2:
-          if (work.n > 16) {
-            _tile_loadd(6, work.k_tiles[1], 64);
-            _tile_dpbf16ps(5, 6, 7);
-          }
-          break;
-        case 4:
-          _tile_loadd(7, work.qt + 256, 64);
-          _tile_loadd(6, work.k_tiles[0] + 512, 64);
-          _tile_dpbf16ps(4, 6, 7);
-          break;
-        case 6:
-          if (work.n > 16) {
-            _tile_loadd(6, work.k_tiles[1] + 512, 64);
-            _tile_dpbf16ps(5, 6, 7);
-          }
-          break;
-        case 8:
-          _tile_stored(4, work.s, 64);
-          _tile_stored(5, work.s + 16 * 16, 64);
-          break;
-        default:
-          break;
-      }
-    }
-    Pending& pending = *work.pending;
-    if (pending.pt == nullptr) return;
-    switch (k) {
-      case 9:
-        _tile_loadd(4, pending.pt, 64);
-        _tile_loadd(5, pending.vt, kKeys * 2);
-        _tile_dpbf16ps(0, 5, 4);
-        break;
-      case 11:
-        _tile_loadd(6, pending.vt + 16 * kKeys, kKeys * 2);
-        _tile_dpbf16ps(1, 6, 4);
-        break;
-      case 13:
-        _tile_loadd(7, pending.vt + 32 * kKeys, kKeys * 2);
-        _tile_dpbf16ps(2, 7, 4);
-        break;
-      case 15:
-        _tile_loadd(5, pending.vt + 48 * kKeys, kKeys * 2);
-        _tile_dpbf16ps(3, 5, 4);
-        pending = {};
-        if (work.out_acc != nullptr) {
-          store_acc(work.out_acc);
-          load_acc(work.in_acc);
-        }
-        break;
-      default:
-        break;
-    }
-  }
-
-  float* acc_of(int64_t b) { return acc_.data() + b * kAccStride; }
-
-  // Tiles 0-3 from / to 64 dims of O^T (tile numbers must be constants, hence no loop).
-  static void load_acc(float* acc) {
-    _tile_loadd(0, acc, 64);
-    _tile_loadd(1, acc + 256, 64);
-    _tile_loadd(2, acc + 512, 64);
-    _tile_loadd(3, acc + 768, 64);
-  }
-  static void store_acc(float* acc) {
-    _tile_stored(0, acc, 64);
-    _tile_stored(1, acc + 256, 64);
-    _tile_stored(2, acc + 512, 64);
-    _tile_stored(3, acc + 768, 64);
-  }
-
-  // S^T [32 keys][16 rows] of row block b against n keys (k_tiles: their two 16-key tiles), into s.
-  void scores(int64_t b, int n, const bf16* const* k_tiles, float* s) {
-    const uint32_t* qt = qt_.data() + b * (D / 32) * 256;
-    _tile_zero(4);
-    _tile_zero(5);
-    for (int c = 0; c < D / 32; ++c) {
-      _tile_loadd(7, qt + c * 256, 64);
-      _tile_loadd(6, k_tiles[0] + 512 * c, 64);
-      _tile_dpbf16ps(4, 6, 7);
-      if (n > 16) {
-        _tile_loadd(6, k_tiles[1] + 512 * c, 64);
-        _tile_dpbf16ps(5, 6, 7);
-      }
-    }
-    _tile_stored(4, s, 64);
-    _tile_stored(5, s + 16 * 16, 64);
-  }
-
-  // The online softmax of row block b over keys [k0, k0 + n) with their scores s: P^T into pt. The probabilities
-  // are first taken against the rows' reference maxima as they stand; only when some row's sum reaches 2^7 (a
-  // score may then exceed its reference by the lazy margin) does a max pass decide which rows raise, and only
-  // raised rows' probabilities change on the second pass (the others' bits are the first pass's). Skipping the
-  // max pass in the common case made the kernel 1.06x faster. A rescale of O^T first adds the pending sub-step's
-  // product (computed against the old reference).
-  void softmax(int64_t b, int64_t k0, int n, const float* s, uint32_t* pt, float* acc, Pending& pending,
-               TileWork* work) {
-    // Scores of keys the rows cannot see (after a row's token, past the step's last key, padding rows) are masked.
-    const Visible seen{_mm512_loadu_si512(pos_.data() + b * 16), k0, n,
-                       n < kKeys || pos_[b * 16] < k0 + kKeys - 1};
-    const __m512 c2 = _mm512_set1_ps(p_.scale * 1.4426950408889634f);
-    float* max = max_.data() + b * 16;
-    float* sum = sum_.data() + b * 16;
-    __m512 ref = _mm512_loadu_ps(max);
-    __m512 l = _mm512_loadu_ps(sum);
-    __m512 total = probabilities(s, pt, _mm512_mul_ps(ref, c2), seen, work);
-    // Below 2^7 in every row no score exceeds its reference by 2^7 (2^8 is the margin): no row raises.
-    if (_mm512_cmp_ps_mask(total, _mm512_set1_ps(128.0f), _CMP_NLT_UQ) != 0) {
-      const __m512 masked = _mm512_set1_ps(kMasked);
-      __m512 top = masked;
-      for (int j = 0; j < kKeys; ++j) {
-        const __m512 x = _mm512_load_ps(s + 16 * j);
-        top = _mm512_max_ps(top, seen.masking ? _mm512_mask_mov_ps(masked, seen(j), x) : x);
-      }
-      const __mmask16 raise = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_sub_ps(top, ref), c2),
-                                                 _mm512_set1_ps(kLazy), _CMP_GT_OQ);
-      if (raise) {
-        const __m512 next = _mm512_mask_mov_ps(ref, raise, top);
-        // Exactly 1 in the lanes not raised (exp2_ps(0) is its polynomial's 0.99993): a row's sums must not depend
-        // on whether another row of its block raised, or on which rows share its block.
-        const __m512 correction = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), raise,
-                                                     exp2_ps(_mm512_mul_ps(_mm512_sub_ps(ref, next), c2)));
-        l = _mm512_mul_ps(l, correction);
-        // Rows that saw keys before hold sums to rescale; rows that saw none hold zeros.
-        if (_mm512_mask_cmp_ps_mask(raise, ref, _mm512_set1_ps(0.5f * kMasked), _CMP_GT_OQ)) {
-          values(pending, acc);
-          if constexpr (kResident) store_acc(acc);
-          for (int d = 0; d < D; ++d)
-            _mm512_storeu_ps(acc + 16 * d, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * d), correction));
-          if constexpr (kResident) load_acc(acc);
-        }
-        ref = next;
-        _mm512_storeu_ps(max, ref);
-        total = probabilities(s, pt, _mm512_mul_ps(ref, c2), seen, nullptr);
-      }
-    }
-    _mm512_storeu_ps(sum, _mm512_add_ps(l, total));
-  }
-
-  // Which of a row block's rows see key k0 + j of a sub-step's n (masking false: all of them, every key).
-  struct Visible {
-    __m512i pos;
-    int64_t k0;
-    int n;
-    bool masking;
-    __mmask16 operator()(int j) const {
-      return j < n ? _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(static_cast<int32_t>(k0 + j))) : 0;
-    }
-  };
-
-  // exp2(s * c2 - offset) of a sub-step's scores into P^T (pt, bfloat16 key pairs), returning each row's sum.
-  __m512 probabilities(const float* s, uint32_t* pt, __m512 offset, const Visible& seen, TileWork* work) const {
-    const __m512 c2 = _mm512_set1_ps(p_.scale * 1.4426950408889634f);
-    // Key pair k's probabilities interleaved per row: (p[2k][row], p[2k + 1][row]), P^T as the tiles read it.
-    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    __m512 total = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int k = 0; k < kKeys / 2; ++k) {
-      if (work != nullptr) tile_piece(k, *work);
-      __m512 p0 = exp2_ps(_mm512_fmsub_ps(_mm512_load_ps(s + 32 * k), c2, offset));
-      __m512 p1 = exp2_ps(_mm512_fmsub_ps(_mm512_load_ps(s + 32 * k + 16), c2, offset));
-      if (seen.masking) {  // masked scores may be anything (NaN from a pool slot past the sequence): zero them here
-        p0 = _mm512_maskz_mov_ps(seen(2 * k), p0);
-        p1 = _mm512_maskz_mov_ps(seen(2 * k + 1), p1);
-      }
-      total = _mm512_add_ps(total, _mm512_add_ps(p0, p1));
-      const __m512i pair = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);  // p0's 16 values, then p1's
-      _mm512_store_si512(pt + 16 * k, _mm512_permutexvar_epi16(interleave, pair));
-    }
-    return total;
-  }
-
-  // O^T += V^T . P^T of the pending sub-step (if any), four 16-dim tiles at a time, so the four products overlap.
-  void values(Pending& pending, float* acc) {
-    if (pending.pt == nullptr) return;
-    const uint16_t* vt = pending.vt;
-    _tile_loadd(4, pending.pt, 64);
-    pending = {};
-    if constexpr (kResident) {
-      _tile_loadd(5, vt, kKeys * 2);
-      _tile_loadd(6, vt + 16 * kKeys, kKeys * 2);
-      _tile_loadd(7, vt + 32 * kKeys, kKeys * 2);
-      _tile_dpbf16ps(0, 5, 4);
-      _tile_dpbf16ps(1, 6, 4);
-      _tile_dpbf16ps(2, 7, 4);
-      _tile_loadd(5, vt + 48 * kKeys, kKeys * 2);
-      _tile_dpbf16ps(3, 5, 4);
-    } else {
-      for (int v = 0; v < D / 16; v += 4) {
-        load_acc(acc + v * 256);
-        _tile_loadd(5, vt + v * 16 * kKeys, kKeys * 2);
-        _tile_loadd(6, vt + (v + 1) * 16 * kKeys, kKeys * 2);
-        _tile_loadd(7, vt + (v + 2) * 16 * kKeys, kKeys * 2);
-        _tile_dpbf16ps(0, 5, 4);
-        _tile_dpbf16ps(1, 6, 4);
-        _tile_dpbf16ps(2, 7, 4);
-        _tile_loadd(5, vt + (v + 3) * 16 * kKeys, kKeys * 2);
-        _tile_dpbf16ps(3, 5, 4);
-        store_acc(acc + v * 256);
-      }
-    }
-  }
-
   // O = (O^T)^T / sum, rounded to bfloat16, into the rows' places in p.out: each block's 16 x 16 pieces of O^T
   // transposed back on vectors.
   void write_out(const WorkItem& item, int64_t q_start, int64_t h, int64_t rows, int64_t groups) {
@@ -582,17 +286,6 @@ class FlashPrefill {
       }
     }
   }
-
-  const Problem<bf16, bf16>& p_;
-  LineVector<uint16_t> kc_;                  // K of the step, compact (copy_keys)
-  LineVector<uint16_t> vt_;                  // V^T of the step: [kSubs][D][kKeys] bfloat16
-  LineVector<uint32_t> qt_;                  // Q^T pairs per row block: [blocks][D / 32][16][16]
-  LineVector<float> acc_, max_, sum_;        // O^T per row block [blocks][D][16]; reference max and sum per row
-  std::vector<int32_t> pos_;                 // each row's token position, -1 for padding rows
-  std::vector<int32_t> last_;                // each row block's last token position
-  std::vector<const char*> ahead_;          // the next step's lines to prefetch (prefetch_step)
-  size_t sent_ = 0;                          // how many of them have gone out
-  alignas(64) uint16_t zeros_[D] = {};
 };
 
 }  // namespace frame_cpu_paged::amx

@@ -104,7 +104,7 @@ inline void accumulate_values(const float* probs, int valid, const float* const*
 
 // A row's score against a key must be the same float on the direct (decode) and the tile (prefill) path, or a
 // token's attention changes with how its prompt was split into steps (a prefix-cache hit leaves the last tokens to a
-// step of their own; see the AVX-512 lane_tree_sum in paged_attention.cpp). The direct path sums the D products as 8
+// step of their own; see the AVX-512 lane_tree_sum in float_chunk.h). The direct path sums the D products as 8
 // lanes (lane l: products l, l + 8, ..., in that order, one FMA chain from zero) and reduce8 then adds the lanes
 // pairwise, l with l + 1, then l + 2, then l + 4. The tile path keeps one lane of 16 keys in two vectors per row
 // and adds those lanes in the same tree: 7 additions per row and key pair more than one chain over D.
