@@ -405,19 +405,19 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
   for (int i = 0; i < G; ++i) out[i] = acc[i];
 }
 
-// group_set_vnni for a set of 1..kDecodeGroups groups.
-template <int64_t Format>
+// group_set_vnni for a set of 1..kDecodeGroups groups: each count its own instance, whatever kDecodeGroups is (a
+// switch written for four sent counts 4-7 to the 8-group kernel when the constant was raised, reading past the range).
+template <int64_t Format, int G = 1>
 void group_set_any(int count, const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
                    int64_t nb, const QuantizedRows& xq, NextSet next, __m512* out) {
-  switch (count) {
-    case 1: return group_set_vnni<Format, 1>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
-    case 2: return group_set_vnni<Format, 2>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
-    case 3: return group_set_vnni<Format, 3>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
-    default: return group_set_vnni<Format, kDecodeGroups>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+  if constexpr (G < kDecodeGroups) {
+    if (count != G)
+      return group_set_any<Format, G + 1>(count, qs, group_qbytes, scales, group_scales, nb, xq, next, out);
   }
+  return group_set_vnni<Format, G>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
 }
 
-// A thread's groups [g, end) of a one-row product, kDecodeGroups at a time and the last 1-3 together.
+// A thread's groups [g, end) of a one-row product, kDecodeGroups at a time and the last fewer together.
 // store(sums, g, count): groups g.. of y.
 template <int64_t Format, typename Store>
 void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
