@@ -8,7 +8,6 @@ ways (no pickle). Progress goes to stderr.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -49,7 +48,7 @@ def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[l
     from frame.bench.driver import drive, warm_up
     from frame.config import build_config
     from frame.engine.core.engine_core import EngineCore
-    from frame.engine.core.loop import ready_message
+    from frame.engine.selection import select_quantization
 
     load = time.perf_counter()
     engine = EngineCore(build_config(spec["engine"]))
@@ -63,7 +62,8 @@ def _run_frame(spec: dict[str, Any], requests: list[WorkloadRequest]) -> tuple[l
             result = drive(engine, requests, advance)
         runs.append({**result.summary(), "load_s": load})
         outputs = [t.output_token_ids for t in result.timings]
-    weights = ready_message(engine, os.getpid()).quantization or "dense"
+    method = select_quantization(engine.hooks, engine.config, engine.source, engine.selection.platform)
+    weights = method.name if method is not None else "dense"
     engine.shutdown()
     return runs, outputs, str(engine.selection.dtype).removeprefix("torch."), weights
 

@@ -50,8 +50,10 @@ namespace {
 constexpr int64_t kPanel = 16;  // output columns per packed panel: two ymm registers (one zmm) of float32
 #if defined(__AVX512F__)
 constexpr int kRowTile = 14;  // rows per register tile: 14 x 2 zmm accumulators, two weights, one broadcast
+constexpr bool kBf16PairLanes = true;  // a bfloat16 weight's pairs of panels hold two columns a lane (see the top)
 #else
 constexpr int kRowTile = 6;  // rows per register tile: 6 x 2 ymm accumulators, two weight registers, one broadcast
+constexpr bool kBf16PairLanes = false;
 #endif
 
 // tile<rows>(...) for a run-time row count in [1, kRowTile].
@@ -152,9 +154,6 @@ void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k,
   }
 }
 
-// A bfloat16 weight's pairs of panels hold two columns a lane on AVX-512 (see the top of the file).
-constexpr bool kBf16PairLanes = true;
-
 // Every pair of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a last,
 // odd panel alone.
 template <typename W>
@@ -179,8 +178,6 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
   });
 }
 #elif defined(__AVX2__) && defined(__FMA__)
-
-constexpr bool kBf16PairLanes = false;
 
 // Eight of a panel's weights as float32: float32 as they are, bfloat16 widened exactly (the top half of a float).
 inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
@@ -245,8 +242,6 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
     }
   });
 }
-#else
-constexpr bool kBf16PairLanes = false;
 #endif
 
 // float32 x and weight: y float32. bfloat16 weight (storage only: this CPU has no bfloat16 dot product): x
