@@ -58,6 +58,11 @@ class Platform(ABC):
     def set_up(self) -> None:  # noqa: B027 - optional hook
         """Called once before the model loads (thread counts, allocator settings)."""
 
+    def place_kv_pool(self, pool: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """Called once on a rank's KV pool tensor, allocated but not yet written: the platform may tell the
+        operating system how to back it (the cpu platform asks for huge pages, since every decode step reads it).
+        Since API 2 (issue 35)."""
+
     def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
         """Record one decode step: run ``fn`` under capture and return a function that replays it (returning the
         step's output: the same tensor each time where the recording owns its memory, as a CUDA graph does), or None

@@ -153,6 +153,7 @@ class Worker:
         wants_graphs = (self.config.cuda_graphs and self.runner.attention.supports_graphs
                         and self.parallel.world_size == 1)
         self.runner.allocate_kv(num_blocks, scratch_block=wants_graphs)
+        self.selection.platform.place_kv_pool(self.runner.kv)  # type: ignore[arg-type]
         if wants_graphs and self.capture_graphs():
             return list(self.runner.graphs.sizes)  # type: ignore[union-attr]
         return []

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from frame import native
 
-from frame_platform_cpu import probe
+from frame_platform_cpu import huge_pages, probe
 
 NAME = "frame_cpu"
 SOURCES = tuple(sorted((Path(__file__).parent / "csrc").glob("*.cpp")))
@@ -44,7 +44,7 @@ def pack_weight(weight: torch.Tensor, group: int = 2) -> torch.Tensor:
     parts = [weight[:whole].reshape(-1, 32, in_features // group, group).permute(0, 2, 1, 3).reshape(-1)]
     if whole < out_features:
         parts.append(weight[whole:].reshape(-1, 16, in_features // group, group).permute(0, 2, 1, 3).reshape(-1))
-    return torch.cat(parts).contiguous()
+    return huge_pages.resident(torch.cat(parts).contiguous())
 
 
 def pack_swiglu_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,7 @@ def pack_weight_f32(weight: torch.Tensor) -> torch.Tensor:
     feature, [out / 16][in][16]; on AVX-512 a bfloat16 weight's pairs of panels hold two columns in each 32-bit lane
     (``csrc/packed_linear_f32.cpp``), so the layout is the kernel's to choose."""
     load()
-    return torch.ops.frame_cpu.pack_weight_f32.default(weight)
+    return huge_pages.resident(torch.ops.frame_cpu.pack_weight_f32.default(weight))
 
 
 def float32_linear(weight: torch.Tensor, bias: torch.Tensor | None):

@@ -13,7 +13,7 @@ from frame.interfaces.platform import Platform
 from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
 from pydantic import BaseModel, ConfigDict, Field
 
-from frame_platform_cpu import kernels, kquant, probe, quantized, rows, w8a8
+from frame_platform_cpu import huge_pages, kernels, kquant, probe, quantized, rows, w8a8
 from frame_platform_cpu.graphs import RecordedStep
 
 _GIB = 1 << 30
@@ -40,6 +40,10 @@ class CpuOptions(BaseModel):
     decode_graphs: bool = Field(
         True, description="record each decode batch size's step once and replay it through TorchScript, without "
                     "Python per layer (also off with --enforce-eager / --no-cuda-graphs)"
+    )
+    huge_pages: bool = Field(
+        True, description="put the packed weights and the KV pool on transparent huge pages where Linux offers "
+                    "them (a decode step streams both; 4 KiB pages cost it TLB walks)"
     )
 
 
@@ -152,6 +156,10 @@ class CpuPlatform(Platform):
         bfloat16 models: linears on weights packed once (AVX-512 BF16 dot products where the CPU has them, else
         float32 arithmetic on bfloat16 weights with AVX2, else oneDNN), SwiGLU's projection with the activation
         in the matmul's epilogue (or right after it), the fused residual-add norm, SwiGLU activation and rotary."""
+        with huge_pages.placing(self.options.huge_pages):  # what the kernel packs, onto huge pages
+            return self._layer_kernel(layer)
+
+    def _layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         if not self.options.native_kernels or kernels.unavailable_reason() is not None:
             return None
         packed = packed_weight(layer)
@@ -206,6 +214,11 @@ class CpuPlatform(Platform):
         """A recording of the decode step ``fn`` replayed by TorchScript's interpreter (``graphs.py``), made on
         the replay's first call; None with ``decode_graphs=false``."""
         return RecordedStep(fn) if self.options.decode_graphs else None
+
+    def place_kv_pool(self, pool: torch.Tensor) -> None:
+        """Ask Linux for transparent huge pages under the pool (``huge_pages.py``), unless ``huge_pages=false``."""
+        if self.options.huge_pages:
+            huge_pages.advise(pool)
 
     def set_up(self) -> None:
         """Set torch's intra-op thread count."""

@@ -18,7 +18,7 @@ import torch
 from frame.interfaces.quantization import PackedWeight
 from frame.weights.pages import release_file_pages
 
-from frame_platform_cpu import kernels, kquant, probe, w8a8
+from frame_platform_cpu import huge_pages, kernels, kquant, probe, w8a8
 
 #: ggml formats ``ggml_linear`` reads, with the number its ``format`` argument takes.
 GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl": 5}
@@ -146,7 +146,7 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     """The AVX-512 VNNI kernel over ``blocks`` repacked once (``repack_blocks``)."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
-    qs, scales = repack_blocks(blocks.contiguous(), fmt)
+    qs, scales = (huge_pages.resident(t) for t in repack_blocks(blocks.contiguous(), fmt))
     float_bias = None if bias is None else bias.float().contiguous()
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:
