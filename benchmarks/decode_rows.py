@@ -2,7 +2,7 @@
 the read floor of the same bytes measured in the same round: weight GB/s and the share of the floor.
 
     .venv/bin/python benchmarks/decode_rows.py [--rounds 3] [--threads 1,2] [--rows 1,2,4] [--formats q4_1,bf16]
-        [--in-cache]
+        [--in-cache] [--huge-pages]
 
 A step is SmolLM2-135M's linears (30 layers' distinct weights and the logits, as ``linear_dtypes.py``), so the
 weights come from memory (or the last-level cache) as they do in the model. The floor is ``read_floor.cpp``
@@ -13,7 +13,9 @@ in wall time. The ggml formats use random blocks with sane float16 scales (the k
 the values). ``--in-cache`` also times each layer shape alone, its weight in L2, in one core's CPU time: the
 kernel's own rate and the call's fixed cost, without the memory system. bfloat16 runs
 ``kernels.bfloat16_linear`` (AMX tiles where the CPU has them) and, with AVX-512 BF16, the ``vdpbf16ps`` kernel
-too.
+too. ``--huge-pages`` builds each format a second time with its packed weights on transparent huge pages (the
+platform's ``huge_pages`` arena, as a served model has them; "NAME huge" in the output) and times both in each round;
+the floor's buffer stays on 4 KiB pages.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch
 from frame import native
-from frame_platform_cpu import kernels, probe, quantized
+from frame_platform_cpu import huge_pages, kernels, probe, quantized
 
 #: (out features, in features, calls per step), as linear_dtypes.py.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
@@ -108,6 +110,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1")
     parser.add_argument("--formats", default="", help="comma-separated names (default: all)")
     parser.add_argument("--in-cache", action="store_true", help="also time each shape with its weight in L2")
+    parser.add_argument("--huge-pages", action="store_true",
+                        help="also each format with its packed weights on transparent huge pages")
     args = parser.parse_args()
     kernels.load()
     native.load_library("frame_bench_floor", [Path(__file__).with_name("read_floor.cpp")], ("-O3", "-march=native"))
@@ -117,9 +121,12 @@ def main() -> None:
     for name, (build, per_value, dtype) in builders().items():
         if wanted and name not in wanted:
             continue
-        linears = [(build(o, i, gen), i) for o, i, calls in SHAPES for _ in range(calls)]
-        steps[name] = (linears, sum(o * i * calls for o, i, calls in SHAPES) * per_value, dtype)
-        _PER_VALUE[name] = per_value
+        for pages in ("4k", "huge") if args.huge_pages else ("4k",):
+            with huge_pages.placing(pages == "huge"):
+                linears = [(build(o, i, gen), i) for o, i, calls in SHAPES for _ in range(calls)]
+            label = name if pages == "4k" else f"{name} huge"
+            steps[label] = (linears, sum(o * i * calls for o, i, calls in SHAPES) * per_value, dtype)
+            _PER_VALUE[label] = per_value
     floor_buffer = torch.ones(int(max(b for _, b, _ in steps.values())) // 256 * 64)
     read_floor = torch.ops.frame_bench.read_floor.default
     print(f"isa {quantized.isa_path()}, amx {kernels.amx_usable()}; formats {list(steps)}")
