@@ -1,10 +1,11 @@
 """Kernels for ggml's super-blocks of 256 (q4_K, q6_K, q3_K, q2_K, q5_K, iq4_xs), read as the GGUF stores them.
 
 ``csrc/kquant_linear.cpp`` multiplies x (quantized per row and super-block to int8, as llama.cpp's q8_K) by the
-file's own blocks: the weight stays the memory-mapped bytes of the file, nothing is copied or repacked at load, so
-a K-quant model's resident weight memory is the file's size. Three paths: AVX-512 BW + VNNI (``vpdpwssd`` on 512-bit
-vectors), AVX2, and the same integer arithmetic in plain C++; each sums every super-block's products exactly as
-integers, so against gguf's dequantised weight the only error is x's rounding to int8 and float32 sums.
+file's own blocks, unrepacked, so a K-quant model's resident weight memory is the file's size: served by the
+platform, the blocks are copied as they are onto huge pages (``huge_pages.py``) and the file's pages given back;
+otherwise they are the file's memory-mapped bytes, read in place. Three paths: AVX-512 BW + VNNI (``vpdpwssd``
+on 512-bit vectors), AVX2, and the same integer arithmetic in plain C++; each sums every super-block's products
+exactly as integers, so against gguf's dequantised weight the only error is x's rounding to int8 and float32 sums.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
+from frame.weights.pages import release_file_pages
 
-from frame_platform_cpu import kernels, probe
+from frame_platform_cpu import huge_pages, kernels, probe
 
 #: Super-block formats ``kquant_linear`` reads, with the number its ``format`` argument takes.
 KQUANT_FORMATS = {"q4_k": 0, "q6_k": 1, "q3_k": 2, "q2_k": 3, "q5_k": 4, "iq4_xs": 5}
@@ -48,9 +50,10 @@ def kquant_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: boo
         best = "avx2"
     path = min(PATHS[best], int(torch.ops.frame_cpu.kquant_best_path()))
     op = torch.ops.frame_cpu.kquant_linear.default
-    blocks = packed.tensors["blocks"]  # the file's mapped bytes, read in place
-    if blocks.stride(-1) != 1:
-        blocks = blocks.contiguous()
+    source = packed.tensors["blocks"]  # the file's mapped bytes
+    blocks = huge_pages.resident(source if source.stride(-1) == 1 else source.contiguous())
+    if blocks.data_ptr() != source.data_ptr():
+        release_file_pages(source)  # the copy on huge pages is what the kernel reads
     float_bias = None if bias is None else bias.float().contiguous()
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:
