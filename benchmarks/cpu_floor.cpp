@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #define FMA12(op, reg)                                                                                          \
   __asm__ volatile(op " %%" reg "14, %%" reg "15, %%" reg "0\n\t" op " %%" reg "14, %%" reg "15, %%" reg "1\n\t" \
