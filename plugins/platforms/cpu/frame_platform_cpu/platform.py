@@ -103,6 +103,8 @@ class CpuPlatform(Platform):
             features.append("BF16")
         if disabled := os.environ.get(native.DISABLE_ENV, "").strip():
             features.append(f"{native.DISABLE_ENV}={disabled}")
+        if self.options.huge_pages and huge_pages.available():
+            features.append("huge pages")
         return f"CPU ({self.threads} threads, {', '.join(features)})"
 
     def kernel_paths(self) -> dict[str, str]:

@@ -69,3 +69,8 @@ def test_the_cpu_platform_advises_the_kv_pool_unless_told_not_to():
     assert _mapping_of(pool.data_ptr() + (8 << 20)).get("THPeligible") == "1"
     if "[madvise]" in huge_pages._THP_MODE.read_text():
         assert before == "0"
+
+
+def test_describe_says_whether_the_weights_and_pool_are_on_huge_pages():
+    assert ("huge pages" in CpuPlatform().describe()) == huge_pages.available()
+    assert "huge pages" not in CpuPlatform(CpuOptions(huge_pages=False)).describe()
