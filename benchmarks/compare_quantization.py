@@ -1,9 +1,11 @@
-"""frame against itself: one workload through a dense engine and through quantized ones, rounds alternating in one
-process, so that every engine sees the same host over the same minutes (issue 19's "int8 W8A8 at least 1.3x
-frame's own bfloat16, same run").
+"""frame against itself: one workload through a dense engine and through quantized ones (or dense ones with other
+platform options), rounds alternating in one process, so that every engine sees the same host over the same minutes
+(issue 19's "int8 W8A8 at least 1.3x frame's own bfloat16, same run").
 
     .venv/bin/python benchmarks/compare_quantization.py --rounds 3                          # bfloat16 vs + int8
     .venv/bin/python benchmarks/compare_quantization.py --quantization int8 gguf --dtype float32
+    .venv/bin/python benchmarks/compare_quantization.py --quantization --platform-variant huge_pages=false \
+        --workload single_stream                                     # the dense engine with a platform option changed
 
 Every engine is built and warmed up first; then each round drives the workload once through each engine in turn
 (an emptied prefix cache each time), and the table gives the median output tokens/s and its ratio to the dense
@@ -29,8 +31,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workload", default="mixed_batch")
     parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    parser.add_argument("--quantization", nargs="+", default=["int8"],
+    parser.add_argument("--quantization", nargs="*", default=["int8"],
                         help="quantization plugins to set beside the dense engine")
+    parser.add_argument("--platform-variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="a dense engine with these platform options, beside the default one (repeatable)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
@@ -40,9 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
-    names = ["dense", *args.quantization]
+    variants = {spec: parse_key_values(spec.split(","), "--platform-variant") for spec in args.platform_variant}
+    names = ["dense", *args.quantization, *variants]
     engines = {name: EngineCore(build_config(dtype=args.dtype, max_model_len=args.max_model_len,
-                                             quantization="none" if name == "dense" else name))
+                                             quantization=name if name in args.quantization else "none",
+                                             platform_options=variants.get(name)))
                for name in names}
     tokenizer = engines["dense"].source.tokenizer
     options = parse_key_values(args.workload_opt, "--workload-opt")
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table(title=f"{args.workload}: {len(requests)} requests, {args.dtype}, output tokens/s, "
                   f"{args.rounds} rounds alternating")
-    for column in ("weights", "median", "rounds", "bg cores", "vs dense"):
+    for column in ("engine", "median", "rounds", "bg cores", "vs dense"):
         table.add_column(column)
     dense = statistics.median(rounds["dense"])
     for name, values in rounds.items():
