@@ -22,10 +22,18 @@ _SIMPLE = (torch.dtype, torch.layout, torch.memory_format)
 
 
 class _Writer:
-    """Writes one function's body, a line per op call (and a typed local per list argument)."""
+    """Writes one function's body, a line per op call (and a typed local per list argument that holds a tensor).
+
+    A list of numbers (sizes and strides: two per view) is built once, at the top of the function, and every call
+    that passes the same values passes that list: TorchScript has no list constants, so a list written at its call
+    is built anew (allocated and filled) by each replay, 335 of them in a SmolLM2 decode step where these are 10.
+    No op the recording holds writes into such an argument (aten's take them as sizes, strides or dims to read).
+    """
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.constants: list[str] = []  # the lines building the shared lists, before the body
+        self._shared: dict[tuple[str, str], str] = {}
         self._locals = 0
 
     def local(self, annotation: str, value: str) -> str:
@@ -34,13 +42,24 @@ class _Writer:
         self.lines.append(f"    {name}: {annotation} = {value}")
         return name
 
+    def shared(self, annotation: str, value: str) -> str:
+        """The name of the list built once with these contents."""
+        key = (annotation, value)
+        if key not in self._shared:
+            self._shared[key] = name = f"c{len(self._shared)}"
+            self.constants.append(f"    {name}: {annotation} = {value}")
+        return self._shared[key]
+
     def value(self, value: Any, schema_type: str) -> str:
         if isinstance(value, Slot):
             return f"t{value.index}"
         if isinstance(value, External):
             return f"e{value.index}"
         if isinstance(value, (list, tuple)):
-            return self.local(_list_type(value, schema_type), f"[{', '.join(self.value(v, '') for v in value)}]")
+            annotation = _list_type(value, schema_type)
+            if "Tensor" not in annotation and value:
+                return self.shared(annotation, f"[{', '.join(self.value(v, '') for v in value)}]")
+            return self.local(annotation, f"[{', '.join(self.value(v, '') for v in value)}]")
         if value is None or isinstance(value, (bool, int, str)):
             return repr(value)
         if isinstance(value, float):
@@ -141,7 +160,7 @@ def source(recording: Recording) -> str:
     for number, call in enumerate(recording.calls):
         _bind(writer, call, number, needed)
     writer.lines.append(f"    return {writer.value(recording.output, 'Tensor')}")
-    return "def step(ext: List[Tensor]) -> Tensor:\n" + "\n".join(writer.lines) + "\n"
+    return "def step(ext: List[Tensor]) -> Tensor:\n" + "\n".join(writer.constants + writer.lines) + "\n"
 
 
 def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:

@@ -72,6 +72,25 @@ def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtyp
     assert "torch.ops.aten.as_strided(" in code and "torch.ops.aten.slice(" not in code
 
 
+def test_a_list_of_numbers_is_built_once_and_shared_by_every_call_that_passes_it() -> None:
+    # TorchScript builds a list written at its call on every replay; the sizes and strides of views repeat from
+    # layer to layer, so each distinct list is built once at the top of the step. An empty list keeps its call's.
+    x = torch.arange(24.0).reshape(2, 12)
+
+    def step() -> torch.Tensor:
+        a, b = x[:, :6].reshape(2, 2, 3), x[:, 6:].reshape(2, 2, 3)  # views: the same sizes and strides
+        return a.sum(dim=[2]) + b.sum(dim=[2]) + x.sum(dim=[0, 1])
+
+    with torch.inference_mode():
+        recording, first = record(step)
+        code = source(recording)
+        assert torch.equal(compile_replay(recording)(), first)
+    built = [line.split("=", 1)[1] for line in code.splitlines() if ": List[int] = " in line]
+    assert len(built) == len(set(built)) and "[2, 2, 3]" in " ".join(built)
+    body = code.split("ext[")[0]  # the shared lists come before the externals are unpacked
+    assert all(f"{name}: List[int]" in body for name in ("c0", "c1"))
+
+
 def test_a_step_that_reads_a_value_back_runs_eagerly() -> None:
     x = torch.arange(4.0)
 
