@@ -1,5 +1,5 @@
-"""frame.engine.worker.sampler: row_argmax is torch's argmax, answer for answer, on vocabulary-wide rows; the
-logit bias equals a row-by-row reference."""
+"""frame.engine.worker.sampler: row_argmax is torch's argmax, answer for answer, on vocabulary-wide rows (numpy's on
+the host, the chunked torch ops elsewhere: both checked here); the logit bias equals a row-by-row reference."""
 
 from __future__ import annotations
 
@@ -8,18 +8,23 @@ import pytest
 import torch
 from frame.engine.wire.plan import NewRequest
 from frame.engine.worker.batch import PersistentBatch
-from frame.engine.worker.sampler import Sampler, add_logit_bias, row_argmax
+from frame.engine.worker.sampler import Sampler, _chunked_argmax, add_logit_bias, row_argmax
 from frame.errors import InvalidSamplingError
 from frame.sampling_params import SamplingParams
 
+ARGMAXES = pytest.mark.parametrize("argmax", [row_argmax, _chunked_argmax], ids=["row_argmax", "chunked"])
 
+
+@ARGMAXES
 @pytest.mark.parametrize("width", [100, 4096, 49152, 50257])  # short rows, whole chunks, a ragged last chunk
-def test_row_argmax_equals_torch_argmax(width: int) -> None:
+def test_row_argmax_equals_torch_argmax(width: int, argmax) -> None:
     x = torch.randn(16, width, generator=torch.Generator().manual_seed(width))
-    assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert torch.equal(argmax(x), x.argmax(dim=-1))
+    assert torch.equal(argmax(x[:1]), x[:1].argmax(dim=-1))  # a single stream's one row
 
 
-def test_ties_nan_and_infinities_resolve_as_torch_does() -> None:
+@ARGMAXES
+def test_ties_nan_and_infinities_resolve_as_torch_does(argmax) -> None:
     width = 50257
     x = torch.randn(8, width, generator=torch.Generator().manual_seed(0))
     x[0, [5, 3000, 9000]] = 50.0  # the same maximum in several chunks: the first wins
@@ -30,11 +35,18 @@ def test_ties_nan_and_infinities_resolve_as_torch_does() -> None:
     x[5, [7000, 300]] = float("nan")  # NaN counts as the largest, the first one wins
     x[6, 12000] = float("inf")
     x[7, 40000:] = 50.0
-    assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert torch.equal(argmax(x), x.argmax(dim=-1))
+    assert torch.equal(argmax(x.half()), x.half().argmax(dim=-1))
 
 
-def test_row_argmax_of_a_strided_view() -> None:
+@ARGMAXES
+def test_row_argmax_of_a_strided_view(argmax) -> None:
     x = torch.randn(6, 2 * 8192, generator=torch.Generator().manual_seed(1))[:, ::2]
+    assert torch.equal(argmax(x), x.argmax(dim=-1))
+
+
+def test_row_argmax_of_bfloat16_logits_takes_the_torch_ops() -> None:  # numpy has no bfloat16
+    x = torch.randn(3, 50257, generator=torch.Generator().manual_seed(2)).bfloat16()
     assert torch.equal(row_argmax(x), x.argmax(dim=-1))
 
 
