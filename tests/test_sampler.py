@@ -91,3 +91,31 @@ def test_logit_bias_steers_the_draw_and_leaves_logprobs_raw() -> None:
 def test_logit_bias_out_of_range_is_refused(bias: dict[int, float], why: str) -> None:
     with pytest.raises(InvalidSamplingError, match=why):
         SamplingParams(logit_bias=bias)
+
+
+@pytest.mark.parametrize("params", [dict(temperature=0.7), dict(logprobs=2), dict(logit_bias={3: 1.0}),
+                                    dict(repetition_penalty=1.2), dict(presence_penalty=0.5),
+                                    dict(frequency_penalty=0.5), dict(min_tokens=3)])
+def test_only_rows_with_nothing_to_apply_are_plain_greedy(params: dict) -> None:
+    batch = PersistentBatch(2, 64, 4)
+    for i, p in enumerate([{}, params]):
+        greedy = SamplingParams(**{"temperature": 0.0, **p})
+        batch.add(NewRequest(req_id=f"r{i}", prompt_token_ids=[1, 2], params=greedy, block_ids=[i],
+                             num_computed_tokens=0, num_new_tokens=2), None)
+    assert batch.plain_greedy.tolist() == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_plain_greedy_step_samples_what_the_whole_sampler_does(dtype: torch.dtype) -> None:
+    batch = PersistentBatch(3, 64, 4)
+    for i in range(3):
+        batch.add(NewRequest(req_id=f"r{i}", prompt_token_ids=[1, 2], params=SamplingParams(temperature=0.0),
+                             block_ids=[i], num_computed_tokens=0, num_new_tokens=2), None)
+    assert batch.plain_greedy.all()
+    rows = np.asarray([2, 0, 1])
+    logits = torch.randn(3, 50257, generator=torch.Generator().manual_seed(3)).to(dtype)
+    fast = Sampler()(logits, batch, rows)
+    batch.plain_greedy[:] = False  # the whole way: logprobs, bias, penalties, bans, the draw
+    whole = Sampler()(logits, batch, rows)
+    assert fast.token_ids.tolist() == whole.token_ids.tolist() == logits.float().argmax(dim=-1).tolist()
+    assert fast.logprobs == whole.logprobs == [None, None, None]

@@ -70,6 +70,10 @@ class PersistentBatch:
         self.num_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: no logprobs
         self.num_prompt_logprobs = np.full(max_rows, -1, dtype=np.int32)  # -1: no prompt logprobs
         self.has_logit_bias = np.zeros(max_rows, dtype=bool)
+        # Rows the sampler answers with the argmax alone: greedy, no logprobs, logit bias, penalties or min_tokens.
+        # Derived from the columns above when a request takes its row (_place); a write to those columns afterwards
+        # must clear it.
+        self.plain_greedy = np.zeros(max_rows, dtype=bool)
         self.states: dict[str, RequestState] = {}
         self.row_of: dict[str, int] = {}
         self.state_of_row: list[RequestState | None] = [None] * max_rows
@@ -113,6 +117,10 @@ class PersistentBatch:
         self.num_logprobs[row] = -1 if params.logprobs is None else params.logprobs
         self.num_prompt_logprobs[row] = -1 if params.prompt_logprobs is None else params.prompt_logprobs
         self.has_logit_bias[row] = state.bias_ids is not None
+        self.plain_greedy[row] = bool(
+            self.temperature[row] <= 0.0 and self.num_logprobs[row] < 0 and not self.has_logit_bias[row]
+            and self.repetition_penalty[row] == 1.0 and self.presence_penalty[row] == 0.0
+            and self.frequency_penalty[row] == 0.0 and self.min_tokens[row] <= 0)
         return row
 
     def update(self, req: RunningRequest) -> int:
