@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import pytest
 import torch
 from frame_platform_cpu import huge_pages, kernels
@@ -62,14 +64,15 @@ def test_a_weight_packed_while_placing_lands_in_a_mapping_linux_may_back_with_hu
 
 @needs_thp
 def test_the_cpu_platform_advises_the_kv_pool_unless_told_not_to():
-    pool = torch.empty(16 << 20, dtype=torch.uint8)
+    # A mapping of its own: a torch allocation may reuse memory an earlier test advised.
+    mapping = mmap.mmap(-1, 16 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pool = torch.frombuffer(mapping, dtype=torch.uint8)
+    middle = pool.data_ptr() + (8 << 20)
     CpuPlatform(CpuOptions(huge_pages=False)).place_kv_pool(pool)
-    before = _mapping_of(pool.data_ptr() + (8 << 20)).get("THPeligible")
-    CpuPlatform().place_kv_pool(pool)
-    assert _mapping_of(pool.data_ptr() + (8 << 20)).get("THPeligible") == "1"
     if "[madvise]" in huge_pages._THP_MODE.read_text():
-        assert before == "0"
-
+        assert _mapping_of(middle).get("THPeligible") == "0"
+    CpuPlatform().place_kv_pool(pool)
+    assert _mapping_of(middle).get("THPeligible") == "1"
 
 def test_describe_says_whether_the_weights_and_pool_are_on_huge_pages():
     assert ("huge pages" in CpuPlatform().describe()) == huge_pages.available()
