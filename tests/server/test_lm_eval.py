@@ -57,6 +57,9 @@ def _lm_eval_python() -> Path:
     venv = cache_root() / "tests" / "lm-eval-0.4.13"
     python = venv / "bin" / "python"
     if (venv / ".ready").is_file():
+        # Point it at this checkout's venv again: the cached one may have been made from a clone since deleted.
+        next((venv / "lib").glob("python3*/site-packages")).joinpath("frame_tests.pth").write_text(
+            sysconfig.get_paths()["purelib"] + "\n")
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
