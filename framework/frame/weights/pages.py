@@ -17,8 +17,6 @@ from pathlib import Path
 
 import torch
 
-_MADV_DONTNEED = 4
-
 
 def _file_mapping(start: int, end: int) -> bool:
     """True when ``[start, end)`` lies in one read-only mapping of a file (``/proc/self/maps``)."""
@@ -35,10 +33,12 @@ def _file_mapping(start: int, end: int) -> bool:
     return False
 
 
-def _madvise(start: int, length: int) -> bool:
+def madvise(start: int, length: int, advice: int = mmap.MADV_DONTNEED) -> bool:
+    """``madvise(2)`` on ``[start, start + length)`` of this process's memory (page-aligned), which Python's
+    ``mmap.madvise`` offers only for mappings it made; True when the kernel took the advice."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return libc.madvise(start, length, _MADV_DONTNEED) == 0
+    return libc.madvise(start, length, advice) == 0
 
 
 def settle_after_load(path: str | Path) -> int:
@@ -57,7 +57,7 @@ def settle_after_load(path: str | Path) -> int:
     for fields in ranges:
         if len(fields) > 5 and fields[5].strip() == target and fields[1][1] == "-":
             low, high = (int(a, 16) for a in fields[0].split("-"))
-            released += (high - low) if _madvise(low, high - low) else 0
+            released += (high - low) if madvise(low, high - low) else 0
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
     return released
@@ -71,4 +71,4 @@ def release_file_pages(tensor: torch.Tensor) -> int:
     first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
     if last <= first or not tensor.is_contiguous() or not _file_mapping(start, end):
         return 0
-    return last - first if _madvise(first, last - first) else 0
+    return last - first if madvise(first, last - first) else 0

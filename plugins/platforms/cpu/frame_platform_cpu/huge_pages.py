@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 import functools
 import mmap
 import threading
@@ -25,11 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from frame.weights.pages import madvise
 
 HUGE_PAGE = 2 << 20
 #: Weights smaller than this stay where they are: a bias or a norm's scale gains nothing from a huge page.
 MIN_BYTES = 64 << 10
-_MADV_HUGEPAGE = 14
 _THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 _placing: contextvars.ContextVar[bool] = contextvars.ContextVar("frame_cpu_huge_pages", default=False)
@@ -109,6 +108,4 @@ def advise(tensor: torch.Tensor) -> bool:
     last = (start + nbytes) // HUGE_PAGE * HUGE_PAGE
     if not available() or last <= first:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return libc.madvise(first, last - first, _MADV_HUGEPAGE) == 0
+    return madvise(first, last - first, mmap.MADV_HUGEPAGE)
