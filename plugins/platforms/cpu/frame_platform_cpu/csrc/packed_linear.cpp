@@ -45,6 +45,15 @@ namespace {
 constexpr int64_t kPanel = 32;  // output columns per packed panel: two zmm registers of float32 accumulators
 constexpr int kRowTile = 14;    // rows per register tile: 14 x 2 accumulators, two weight registers, one broadcast
 constexpr int64_t kRowBlockBytes = 256 * 1024;  // x rows per pass over the panels: a quarter of a Zen 4/5 L2
+// A tile of fewer rows than this reads each weight line once, for this step only (a decode): it asks for the line
+// kStreamAhead bytes on as non-temporal (prefetchnta), so the weights, which stream through the caches every step,
+// stop evicting what the step's other work keeps there (the engine's Python, the dispatcher, the KV). Measured on a
+// Zen 4 (SmolLM2 bfloat16 single stream, one process, 10 rounds alternating with the hint off): the time a token
+// spends outside the replayed step fell from 0.72 to 0.62 ms (medians) and the token was faster in 9 of 10 rounds;
+// 1 KiB ahead was no better than none. The prefetch is ahead of the loads by two steps only: the hint, not the
+// distance, is the point.
+constexpr int kStreamRows = 8;
+constexpr int64_t kStreamAhead = 256;
 
 #if defined(__AVX512BF16__)
 inline __m512bh broadcast_pair(const uint16_t* x) {
@@ -68,6 +77,11 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t pairs, 
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   frame_cpu::steps_with_prefetch(pairs, ahead, ahead_lines, [&](int64_t p) __attribute__((always_inline)) {
+    if constexpr (R < kStreamRows) {
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c)
+        _mm_prefetch(reinterpret_cast<const char*>(panel + (p * C + c) * 32) + kStreamAhead, _MM_HINT_NTA);
+    }
     __m512bh w[C];
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) w[c] = (__m512bh)_mm512_loadu_si512(panel + (p * C + c) * 32);
