@@ -31,6 +31,7 @@
 #include "swiglu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -54,6 +55,7 @@ constexpr int64_t kRowBlockBytes = 256 * 1024;  // x rows per pass over the pane
 // distance, is the point.
 constexpr int kStreamRows = 8;
 constexpr int64_t kStreamAhead = 256;
+constexpr int64_t kDecodeChunksPerThread = 2;
 
 #if defined(__AVX512BF16__)
 inline __m512bh broadcast_pair(const uint16_t* x) {
@@ -172,7 +174,7 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
   // Rows in blocks whose x fits in L2 beside the panels (kRowBlockBytes): a prefill chunk's x (thousands of rows)
   // would otherwise stream from L3 once per panel.
   const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / (2 * k) / kRowTile * kRowTile);
-  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+  auto run_panels = [&](int64_t begin, int64_t end) {
     for (int64_t r0 = 0; r0 < m; r0 += block_rows) {
       const int64_t rows = std::min<int64_t>(block_rows, m - r0);
       const uint16_t* xb = xp + r0 * k;
@@ -193,7 +195,23 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
         else panel_product<1, Out::kBf16>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
       }
     }
-  });
+  };
+  const int64_t threads = at::get_num_threads();
+  if (m < kStreamRows && threads > 1) {
+    // A decode's panels go out in a few chunks per thread, taken as threads come free, rather than one fixed half
+    // each: a thread that starts late (woken, or on a busier link to memory) no longer keeps the other waiting at
+    // the end. Zen 4, SmolLM2 single stream, one process alternating with the fixed split: faster in 7 of 8
+    // rounds, by 2-4%; 4 or 8 chunks a thread were no better than 2.
+    const int64_t chunk = std::max<int64_t>(1, panels / (kDecodeChunksPerThread * threads));
+    std::atomic<int64_t> next_chunk{0};
+    at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t c = next_chunk.fetch_add(1); c * chunk < panels; c = next_chunk.fetch_add(1))
+          run_panels(c * chunk, std::min(panels, (c + 1) * chunk));
+    });
+  } else {
+    at::parallel_for(0, panels, 1, run_panels);
+  }
   return y;
 #else
   TORCH_CHECK(false, "packed_linear needs a CPU with AVX-512 BF16; this build has no such instructions");
