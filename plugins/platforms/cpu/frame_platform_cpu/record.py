@@ -80,6 +80,8 @@ class Recording:
     calls: list[Call] = field(default_factory=list)
     externals: list[torch.Tensor] = field(default_factory=list)
     output: Slot | External | None = None
+    #: The tensors the recorded run made, by slot index (what a replay may keep as planned buffers, replay.py).
+    made: list[torch.Tensor] = field(default_factory=list)
 
 
 class _Recorder(TorchDispatchMode):
@@ -170,6 +172,7 @@ def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:
     if not isinstance(out, torch.Tensor):
         raise NotRecordable(f"the step returned {type(out).__name__}, not a tensor")
     recorder.recording.output = recorder.ref(out)
+    recorder.recording.made = recorder._alive
     for tensor in recorder.recording.externals:
         # Held by the list, the loop and the call alone: the step made it and dropped it, outside torch's ops
         # (from numpy, say), so a replay would read this run's values forever. A scalar made from a Python number

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from frame_platform_cpu.plan import plan
 from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot
 
 _SIMPLE = (torch.dtype, torch.layout, torch.memory_format)
@@ -177,7 +178,9 @@ def _script_list(tensors: list[torch.Tensor]) -> Any:
 
 
 def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
-    """A function running ``recording`` again over its external tensors as they are at each call."""
+    """A function running ``recording`` again over its external tensors as they are at each call (its
+    intermediates planned into fixed buffers where :func:`~frame_platform_cpu.plan.plan` can)."""
+    recording = plan(recording)
     try:
         unit = torch.jit.CompilationUnit(source(recording))
     except (RuntimeError, AttributeError) as e:  # an op or argument TorchScript cannot express; a torch without it

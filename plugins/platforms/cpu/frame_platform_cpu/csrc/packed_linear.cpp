@@ -145,8 +145,9 @@ void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* pane
 #endif
 
 // x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated; float32 when float_out.
+// `into`: a tensor of that shape and dtype to write y into (a recorded step's planned buffer), else a new one.
 at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                          int64_t n, bool gated, bool float_out = false) {
+                          int64_t n, bool gated, bool float_out = false, const at::Tensor* into = nullptr) {
 #if defined(__AVX512BF16__)
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
               "packed_linear takes a bfloat16 x and a bfloat16 packed weight");
@@ -163,7 +164,16 @@ at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c
     bias_ptr = bias->data_ptr<float>();
   }
   const int64_t width = gated ? n / 2 : n;
-  at::Tensor y = at::empty({m, width}, float_out ? xc.options().dtype(at::kFloat) : xc.options());
+  const auto y_options = float_out ? xc.options().dtype(at::kFloat) : xc.options();
+  at::Tensor y;
+  if (into != nullptr) {
+    TORCH_CHECK(into->dim() == 2 && into->size(0) == m && into->size(1) == width && into->is_contiguous() &&
+                    into->scalar_type() == y_options.dtype().toScalarType(),
+                "out must be a contiguous [rows, out_features] tensor of the product's dtype");
+    y = *into;
+  } else {
+    y = at::empty({m, width}, y_options);
+  }
   if (m == 0) return y;
   const at::Tensor pc = packed.contiguous();
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
@@ -233,16 +243,39 @@ at::Tensor packed_swiglu(const at::Tensor& x, const at::Tensor& packed, const c1
   return packed_product(x, packed, bias, 2 * intermediate, true);
 }
 
+// The `_into` forms write into `out` (the shape and dtype the plain form would return): a replayed decode step
+// keeps its intermediates in buffers planned once (replay.py), so a step allocates and frees none of them.
+void packed_linear_into(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                        int64_t out_features, at::Tensor& out) {
+  packed_product(x, packed, bias, out_features, false, false, &out);
+}
+
+void packed_linear_float_into(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                              int64_t out_features, at::Tensor& out) {
+  packed_product(x, packed, bias, out_features, false, true, &out);
+}
+
+void packed_swiglu_into(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                        int64_t intermediate, at::Tensor& out) {
+  packed_product(x, packed, bias, 2 * intermediate, true, false, &out);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("packed_linear(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
   m.def("packed_linear_float(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
   m.def("packed_swiglu(Tensor x, Tensor packed, Tensor? bias, int intermediate) -> Tensor");
+  m.def("packed_linear_into(Tensor x, Tensor packed, Tensor? bias, int out_features, Tensor(a!) out) -> ()");
+  m.def("packed_linear_float_into(Tensor x, Tensor packed, Tensor? bias, int out_features, Tensor(a!) out) -> ()");
+  m.def("packed_swiglu_into(Tensor x, Tensor packed, Tensor? bias, int intermediate, Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
   m.impl("packed_linear", &packed_linear);
   m.impl("packed_linear_float", &packed_linear_float);
   m.impl("packed_swiglu", &packed_swiglu);
+  m.impl("packed_linear_into", &packed_linear_into);
+  m.impl("packed_linear_float_into", &packed_linear_float_into);
+  m.impl("packed_swiglu_into", &packed_swiglu_into);
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -65,14 +66,26 @@ void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t*
 }
 #endif
 
-std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
-                                                const at::Tensor& weight, double eps) {
+// `into`: the (normed, summed) pair to write (add_rms_norm_into, a replayed step's planned buffers), else new ones.
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_impl(const at::Tensor& x, const at::Tensor& residual,
+                                                     const at::Tensor& weight, double eps,
+                                                     const std::pair<at::Tensor, at::Tensor>* into) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && residual.scalar_type() == at::kBFloat16 &&
                   weight.scalar_type() == at::kBFloat16, "add_rms_norm takes bfloat16 tensors");
   TORCH_CHECK(x.dim() == 2 && residual.sizes() == x.sizes() && weight.numel() == x.size(1),
               "x and residual [rows, hidden], weight [hidden]");
   const at::Tensor xc = x.contiguous(), rc = residual.contiguous(), wc = weight.contiguous();
-  at::Tensor out = at::empty_like(xc), summed = at::empty_like(xc);
+  at::Tensor out, summed;
+  if (into != nullptr) {
+    for (const at::Tensor* t : {&into->first, &into->second})
+      TORCH_CHECK(t->sizes() == xc.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
+                  "out and summed must be contiguous bfloat16 tensors of x's shape");
+    out = into->first;
+    summed = into->second;
+  } else {
+    out = at::empty_like(xc);
+    summed = at::empty_like(xc);
+  }
   const int64_t rows = xc.size(0), hidden = xc.size(1);
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
   const auto* rp = reinterpret_cast<const uint16_t*>(rc.data_ptr<c10::BFloat16>());
@@ -87,10 +100,26 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
   return {out, summed};
 }
 
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                const at::Tensor& weight, double eps) {
+  return add_rms_norm_impl(x, residual, weight, eps, nullptr);
+}
+
+void add_rms_norm_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                       at::Tensor& out, at::Tensor& summed) {
+  const std::pair<at::Tensor, at::Tensor> into{out, summed};
+  add_rms_norm_impl(x, residual, weight, eps, &into);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("add_rms_norm_into(Tensor x, Tensor residual, Tensor weight, float eps, Tensor(a!) out, "
+        "Tensor(b!) summed) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("add_rms_norm", &add_rms_norm); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("add_rms_norm", &add_rms_norm);
+  m.impl("add_rms_norm_into", &add_rms_norm_into);
+}
