@@ -11,6 +11,7 @@ import pytest
 import torch
 from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, attach_platform_kernels
 from frame_platform_cpu import kernels
+from frame_platform_cpu import plan as planning
 from frame_platform_cpu.graphs import RecordedStep
 from frame_platform_cpu.platform import CpuOptions, CpuPlatform
 from frame_platform_cpu.record import NotRecordable, record
@@ -70,6 +71,57 @@ def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtyp
     # The rotary's slice-then-view is one as_strided of the linear's output, through which the kernel writes.
     code = source(recording)
     assert "torch.ops.aten.as_strided(" in code and "torch.ops.aten.slice(" not in code
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_step(dtype: torch.dtype) -> None:
+    block = Block(dtype)
+    attach_platform_kernels(block, CpuPlatform())
+    x, residual = torch.empty(1, 64, dtype=dtype), torch.empty(1, 64, dtype=dtype)
+    cos, sin = torch.empty(1, 1, 16, dtype=dtype), torch.empty(1, 1, 16, dtype=dtype)
+
+    def refill(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        for buffer in (x, residual, cos, sin):
+            buffer.copy_(torch.randn(buffer.shape, generator=gen))
+
+    def step() -> torch.Tensor:
+        return block(x, residual, cos, sin)
+
+    with torch.inference_mode():
+        refill(1)
+        recording, _ = record(step)
+        replay = compile_replay(recording)  # plans what it can
+        outputs = []
+        for seed in (2, 3, 4):
+            refill(seed)
+            outputs.append(replay())
+            assert torch.equal(outputs[-1], step())
+    # The step's output is made by each replay, never a buffer the next would overwrite.
+    assert len({t.data_ptr() for t in outputs}) == len(outputs)
+    names = {call.op._schema.name for call in recording.calls}
+    planned, code = planning.plan(recording), source(planning.plan(recording))
+    for name in names & planning.INTO.keys():  # which kernels a layer takes depends on the CPU's instructions
+        assert f".{planning.INTO[name]}(" in code and f".{name.split('::')[1]}(" not in code
+    if names & planning.INTO.keys():
+        # The rotary's view of the linear's buffer is made once, when the step is planned, not by each replay.
+        assert planned is not recording and code.count("as_strided(") < source(recording).count("as_strided(")
+
+
+def test_a_step_whose_buffers_would_be_too_large_replays_as_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(4, 8)
+
+    def step() -> torch.Tensor:
+        out = torch.empty(4, 8)
+        out.copy_(x)
+        return out[:, :4].sum(dim=[1]) + 1
+
+    with torch.inference_mode():
+        recording, first = record(step)
+        assert planning.plan(recording) is not recording  # the empty and its view become buffers
+        monkeypatch.setattr(planning, "MAX_PLANNED_BYTES", 0)
+        assert planning.plan(recording) is recording
+        assert torch.equal(compile_replay(recording)(), first)
 
 
 def test_a_list_of_numbers_is_built_once_and_shared_by_every_call_that_passes_it() -> None:
