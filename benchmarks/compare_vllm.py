@@ -13,7 +13,10 @@ Workloads are frame's (``mixed_batch``, ``single_stream``, ``shared_prefix``, ..
 the vLLM reference numbers were measured, and ``--workload-opt`` overrides that. vLLM gets ``VLLM_ENV`` (its CPU
 settings for a small machine; see there) unless ``--vllm-env`` says otherwise. Each round also records the CPU
 time that processes outside this benchmark took (``bg cores``): on a 2-core host a busy neighbour halves either
-system, so a round with ``bg cores`` well above 0 is not a fair number.
+system, so a round with ``bg cores`` well above 0 is not a fair number. ``--probe-host`` measures, before each
+system's round, the two-thread read floor and where the host has put the two CPUs (``host_probe.py``): on a virtual
+machine they can move mid-run and take the floor with them, and with one request frame's decode token is then
+given as a share of the floor's time for the model's parameter bytes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from frame.config import build_config, parse_key_values
 from frame.engine.core.engine_core import EngineCore
 from frame.model_source import ModelSource
 from frame.workloads import load_workloads
+from host_probe import HostProbe, HostState
 from rich.console import Console
 from rich.table import Table
 
@@ -272,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="vLLM's dtype when it differs from frame's (each system in its fastest one)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--probe-host", action="store_true",
+                        help="measure the read floor and the CPUs' round trip before each round (host_probe.py)")
     args = parser.parse_args(argv)
     console = Console()
     systems = ["frame", "vllm"] if args.only is None else [args.only]
@@ -317,8 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         peak: dict[str, float] = {}
         outputs: dict[str, list[list[int]]] = {}
         meter = CpuMeter()
+        probe = HostProbe() if args.probe_host else None
+        weight_bytes = parameter_bytes(engine) if probe is not None else 0
+        host: dict[str, list[dict[str, Any]]] = {"frame": [], "vllm": []}
         for i in range(args.rounds):
             if run_frame:
+                state = probe.measure() if probe is not None else None
                 engine.cache.reset()
                 if vllm is not None and args.pause_vllm:
                     vllm.signal(signal.SIGSTOP)
@@ -339,7 +349,14 @@ def main(argv: list[str] | None = None) -> int:
                     ttft["frame"].append(result.timings[0].ttft)
                 outputs["frame"] = [t.output_token_ids for t in result.timings]
                 peak["frame"] = _status_kib(os.getpid(), "VmHWM") / 1024
+                if state is not None:
+                    host["frame"].append(_host_row(state, weight_bytes, summary, len(requests)))
+                    console.print(f"  frame's round: {state}{_floor_share(host['frame'][-1])}")
             if vllm is not None:
+                if probe is not None:
+                    vllm_state = probe.measure()
+                    host["vllm"].append(_host_row(vllm_state, weight_bytes, None, len(requests)))
+                    console.print(f"  vLLM's round: {vllm_state}")
                 meter.foreign_cores()
                 theirs = vllm.run()
                 background["vllm"].append(meter.foreign_cores())
@@ -370,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                               "rounds": rounds, "background_cores": background, "ttft_s": ttft,
                               "peak_rss_mib": peak, "dtypes": dtypes, "vllm_env": vllm_env,
                               "vllm_engine_args": engine_args, "vllm_skipped": why_not}
+    if probe is not None:
+        report["host"] = host
     if rounds["vllm"] and rounds["frame"]:
         ratio = statistics.median(rounds["frame"]) / statistics.median(rounds["vllm"])
         same = sum(a == b for a, b in zip(outputs["frame"], outputs["vllm"], strict=True)) / len(requests)
@@ -378,6 +397,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def parameter_bytes(engine: EngineCore) -> int:
+    """Bytes of the model's parameters and buffers, each tensor once (a tied embedding counts once, as the logits'
+    weight): what a decode step reads from memory, near enough."""
+    model = engine.executor.worker.runner.model  # type: ignore[attr-defined]  # the in-process executor's
+    seen: dict[int, int] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        seen.setdefault(t.data_ptr(), t.numel() * t.element_size())
+    return sum(seen.values())
+
+
+def _host_row(state: HostState, weight_bytes: int, summary: dict[str, Any] | None, requests: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"read_gbs": state.read_gbs, "round_trip_ns": state.round_trip_ns}
+    if summary is not None and requests == 1 and summary.get("tpot_ms"):
+        floor_ms = weight_bytes / state.read_gbs / 1e6
+        row.update(tpot_ms=summary["tpot_ms"], floor_ms=floor_ms, floor_share=floor_ms / summary["tpot_ms"])
+    return row
+
+
+def _floor_share(row: dict[str, Any]) -> str:
+    if "floor_share" not in row:
+        return ""
+    return (f"; a decode token {row['tpot_ms']:.2f} ms, the floor's {row['floor_ms']:.2f} ms for the parameters: "
+            f"{row['floor_share']:.0%} of the floor's speed")
 
 
 def _cores(value: float | None) -> str:
