@@ -11,10 +11,10 @@ dispatcher), and perf put them at several percent of the token. A recording alre
 - a view of such a buffer (or of an external) is that run's view, made once.
 
 Everything else (an op without an ``_into`` form, a view of a tensor still made per replay) runs as recorded. The
-step's output is never planned: the runner reads it after the replay and a buffer would be overwritten by the next.
-Planning pays only while a step's intermediates are small, and keeps them alive between steps: a step whose buffers
-would exceed :data:`MAX_PLANNED_BYTES` (a large batch bucket, where allocation is a small share anyway) is replayed
-as recorded.
+step's output may be a buffer too: a replay returns the same tensor every time, as the graph seam says of a CUDA
+graph's (:data:`frame.engine.worker.graphs.Replay`), and the runner is done with it before the next. Planning pays
+only while a step's intermediates are small, and keeps them alive between steps: a step whose buffers would exceed
+:data:`MAX_PLANNED_BYTES` (a large batch bucket, where allocation is a small share anyway) is replayed as recorded.
 """
 
 from __future__ import annotations
@@ -52,11 +52,10 @@ def _results(result: Any) -> list[Slot] | None:
 def plan(recording: Recording) -> Recording:
     """``recording`` with its intermediates planned into buffers (a new Recording; the argument is unchanged), or
     ``recording`` itself where nothing can be planned or the buffers would be too large."""
-    if not recording.made or not isinstance(recording.output, Slot):
+    if not recording.made:
         return recording
     externals = list(recording.externals)
     planned: dict[int, External] = {}  # slot index -> the buffer (the recorded run's tensor) as an external
-    output = recording.output.index
 
     def buffer(slot: Slot) -> External:
         planned[slot.index] = External(len(externals))
@@ -78,7 +77,7 @@ def plan(recording: Recording) -> Recording:
         slots = _results(call.result)
         fixed_root = call.view is not None and (isinstance(call.view.root, External)
                                                 or call.view.root.index in planned)
-        if slots is not None and output not in {s.index for s in slots}:
+        if slots is not None:
             if fixed_root or name in EMPTY:
                 buffer(slots[0])
                 owned += 0 if fixed_root else recording.made[slots[0].index].untyped_storage().nbytes()
@@ -92,4 +91,4 @@ def plan(recording: Recording) -> Recording:
         calls.append(Call(call.op, args, kwargs, swap(call.result), call.view))
     if not planned or owned > MAX_PLANNED_BYTES:
         return recording
-    return Recording(calls, externals, recording.output)
+    return Recording(calls, externals, swap(recording.output))
