@@ -180,6 +180,12 @@ class PersistentBatch:
     # -- tokens -------------------------------------------------------------------------------------------
     def append_tokens(self, rows: np.ndarray, tokens: np.ndarray) -> None:
         """Append one sampled token to each of ``rows``."""
+        if len(rows) == 1:  # a lone stream: two scalar stores, not two fancy-indexed ones run cold every step
+            row = int(rows[0])
+            end = int(self.num_tokens[row])
+            self.token_ids[row, end] = tokens[0]
+            self.num_tokens[row] = end + 1
+            return
         self.token_ids[rows, self.num_tokens[rows]] = tokens
         self.num_tokens[rows] += 1
 

@@ -150,11 +150,16 @@ class ModelRunner:
         reach their last token), on the host."""
         batch, bs = self.batch, self.block_size
         ends = np.cumsum(counts)
-        starts = ends - counts
         context = batch.num_computed[rows].astype(np.int64)
-        owner = np.repeat(np.arange(len(rows)), counts)  # batch position of each token
-        positions = context[owner] + (np.arange(int(ends[-1])) - starts[owner])
-        token_rows = rows[owner]
+        if int(ends[-1]) == len(rows):
+            # One new token a row (decodes): each row's token is at its context length. The general path's half
+            # dozen numpy calls each run cold once a step (after the weights' stream) for the same arrays.
+            positions, token_rows = context, rows
+        else:
+            starts = ends - counts
+            owner = np.repeat(np.arange(len(rows)), counts)  # batch position of each token
+            positions = context[owner] + (np.arange(int(ends[-1])) - starts[owner])
+            token_rows = rows[owner]
         seq_lens = context + counts
         width = int(batch.num_blocks[rows].max())
         drafts = batch.num_drafts[rows].astype(np.int64)

@@ -42,6 +42,8 @@ class Sampler:
             # streamed the weights through the caches: 120 us a token of SmolLM2's single stream.
             if logits.dtype not in _NUMPY_DTYPES:
                 logits = logits.float()  # exact, so the same argmax; numpy's, on the host (row_argmax)
+            if logits.device.type == "cpu":  # numpy's answer as it is, not through a torch tensor and back
+                return SamplerOutput(logits.detach().numpy().argmax(axis=-1), [None] * len(rows))
             return SamplerOutput(row_argmax(logits).cpu().numpy(), [None] * len(rows))
         logits = logits.float()
         num_logprobs = batch.num_logprobs[rows]
