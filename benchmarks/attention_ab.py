@@ -13,7 +13,8 @@ Shapes (SmolLM2-135M's heads: 9 query, 3 KV, dim 64; bfloat16; one decode token 
 ``mem``: 64 sequences of 200-400 keys on shuffled blocks, 30 layers' pools, so the KV comes from memory;
 ``l2``: the same on 40 blocks that stay in L2 (the kernel's compute alone); ``engine``: 64 sequences whose
 prompts (50-400 tokens) lie on consecutive blocks and whose last 128 tokens' blocks interleave, as a fresh
-engine's pool holds the mixed batch at its end, 30 layers; ``long``: one sequence of 2,000 keys, 30 layers.
+engine's pool holds the mixed batch at its end, 30 layers; ``long``: one sequence of 2,000 keys, 30 layers;
+``lone``: one sequence of 200 keys, 30 layers (a single stream's decode, split over the threads from 128 keys).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def case(shape: str):
     rng = random.Random(7)
     if shape == "long":
         contexts = [2000]
+    elif shape == "lone":
+        contexts = [200]
     elif shape == "engine":
         contexts = [rng.randint(50, 400) + 128 for _ in range(64)]
     else:
