@@ -8,7 +8,7 @@ dispatcher), and perf put them at several percent of the token. A recording alre
 
 - a call to an op with an ``_into`` form (:data:`INTO`) writes into the tensors its recorded run returned;
 - an ``empty`` is that run's tensor itself (its contents were never defined);
-- a view of such a buffer (or of an external) is that run's view, made once.
+- a view of such a buffer is that run's view, made once.
 
 Everything else (an op without an ``_into`` form, a view of a tensor still made per replay) runs as recorded. The
 step's output may be a buffer too: a replay returns the same tensor every time, as the graph seam says of a CUDA
@@ -75,8 +75,9 @@ def plan(recording: Recording) -> Recording:
         name = call.op._schema.name
         args, kwargs = swap(call.args), {k: swap(v) for k, v in call.kwargs.items()}
         slots = _results(call.result)
-        fixed_root = call.view is not None and (isinstance(call.view.root, External)
-                                                or call.view.root.index in planned)
+        # Only views of planned buffers: an external's tensor is read as it is at each replay, and a view made once
+        # would not follow it if its owner ever pointed it at other storage.
+        fixed_root = call.view is not None and isinstance(call.view.root, Slot) and call.view.root.index in planned
         if slots is not None:
             if fixed_root or name in EMPTY:
                 buffer(slots[0])
