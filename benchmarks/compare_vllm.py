@@ -38,6 +38,7 @@ from frame.bench.driver import drive, warm_up
 from frame.bench.hf_export import export_folder
 from frame.config import build_config, parse_key_values
 from frame.engine.core.engine_core import EngineCore
+from frame.layers.quantized import weight_bytes as model_weight_bytes
 from frame.model_source import ModelSource
 from frame.workloads import load_workloads
 from host_probe import HostProbe, HostState
@@ -324,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         outputs: dict[str, list[list[int]]] = {}
         meter = CpuMeter()
         probe = HostProbe() if args.probe_host else None
-        weight_bytes = parameter_bytes(engine) if probe is not None else 0
+        # The in-process executor's model: its parameters (a tied embedding once) are what a decode step streams.
+        model = engine.executor.worker.runner.model  # type: ignore[attr-defined]
+        weight_bytes = model_weight_bytes(model) if probe is not None else 0
         host: dict[str, list[dict[str, Any]]] = {"frame": [], "vllm": []}
         for i in range(args.rounds):
             if run_frame:
@@ -397,16 +400,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
-
-
-def parameter_bytes(engine: EngineCore) -> int:
-    """Bytes of the model's parameters and buffers, each tensor once (a tied embedding counts once, as the logits'
-    weight): what a decode step reads from memory, near enough."""
-    model = engine.executor.worker.runner.model  # type: ignore[attr-defined]  # the in-process executor's
-    seen: dict[int, int] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        seen.setdefault(t.data_ptr(), t.numel() * t.element_size())
-    return sum(seen.values())
 
 
 def _host_row(state: HostState, weight_bytes: int, summary: dict[str, Any] | None, requests: int) -> dict[str, Any]:
