@@ -31,7 +31,6 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <type_traits>
@@ -54,17 +53,13 @@ bool lone_decode_in_one_region(const Problem<c10::BFloat16, c10::BFloat16>& p, c
   if (amx::permitted() && amx::FlashPrefill<D>::serves(p)) return false;
 #endif
   const int64_t total = static_cast<int64_t>(cascade.work.size());
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), total));
-  std::atomic<int64_t> next{0}, done{0};
-  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t thread = begin; thread < end; ++thread) {
-      Bf16ItemRunner<D> runner(p, cascade);
-      for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1)) {
-        runner.prefix(cascade.work[i]);
-        // acq_rel: the last finisher sees every piece's saved state before resuming from it.
-        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) runner(items[0]);
-      }
-    }
+  std::atomic<int64_t> done{0};
+  run_items(cascade.work, [&] {
+    return [&, runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable {
+      runner.prefix(work);
+      // acq_rel: the last finisher sees every piece's saved state before resuming from it.
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) runner(items[0]);
+    };
   });
   return true;
 }
