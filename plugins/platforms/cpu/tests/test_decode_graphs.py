@@ -7,6 +7,8 @@ tests/e2e/test_decode_graphs.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from frame.layers import Linear, RMSNorm, RotateHalves, SiluAndMul, attach_platform_kernels
@@ -43,9 +45,10 @@ class Block(nn.Module):
         return self.down(self.act(up)).float() + residual.float()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [1, 5])
-def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtype: torch.dtype, rows: int) -> None:
+def _block_step(dtype: torch.dtype, rows: int,
+                ) -> tuple[Callable[[], torch.Tensor], Callable[[int], None], torch.Tensor]:
+    """A Block on the platform's kernels over fixed input buffers: its step, a refill of the buffers from a seed (as
+    the runner refills its own before each replay) and the first buffer."""
     block = Block(dtype)
     attach_platform_kernels(block, CpuPlatform())
     x, residual = torch.empty(rows, 64, dtype=dtype), torch.empty(rows, 64, dtype=dtype)
@@ -56,9 +59,13 @@ def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtyp
         for buffer in (x, residual, cos, sin):
             buffer.copy_(torch.randn(buffer.shape, generator=gen))
 
-    def step() -> torch.Tensor:
-        return block(x, residual, cos, sin)
+    return (lambda: block(x, residual, cos, sin)), refill, x
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtype: torch.dtype, rows: int) -> None:
+    step, refill, x = _block_step(dtype, rows)
     with torch.inference_mode():
         refill(1)
         recording, first = record(step)
@@ -75,19 +82,7 @@ def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtyp
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_step(dtype: torch.dtype) -> None:
-    block = Block(dtype)
-    attach_platform_kernels(block, CpuPlatform())
-    x, residual = torch.empty(1, 64, dtype=dtype), torch.empty(1, 64, dtype=dtype)
-    cos, sin = torch.empty(1, 1, 16, dtype=dtype), torch.empty(1, 1, 16, dtype=dtype)
-
-    def refill(seed: int) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        for buffer in (x, residual, cos, sin):
-            buffer.copy_(torch.randn(buffer.shape, generator=gen))
-
-    def step() -> torch.Tensor:
-        return block(x, residual, cos, sin)
-
+    step, refill, _ = _block_step(dtype, 1)
     with torch.inference_mode():
         refill(1)
         recording, _ = record(step)
@@ -98,7 +93,8 @@ def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_s
             outputs.append(replay())
             assert torch.equal(outputs[-1], step())
     names = {call.op._schema.name for call in recording.calls}
-    planned, code = planning.plan(recording), source(planning.plan(recording))
+    planned = planning.plan(recording)
+    code = source(planned)
     # A planned output is one buffer that every replay rewrites, as a CUDA graph's is; otherwise each makes its own.
     same = isinstance(planned.output, External) and isinstance(recording.output, Slot)
     assert len({t.data_ptr() for t in outputs}) == (1 if same else len(outputs))
