@@ -1,4 +1,4 @@
-"""The cpu platform's decode graphs: a step recorded once per batch-size bucket, then replayed by TorchScript.
+"""The cpu platform's decode graphs: a step recorded once per batch-size bucket, then replayed as a native program.
 
 :meth:`CpuPlatform.capture_graph <frame_platform_cpu.platform.CpuPlatform.capture_graph>` answers the runner's
 graph seam (:mod:`frame.engine.worker.graphs`) with :class:`RecordedStep`. The runner asks for every bucket up to

@@ -38,7 +38,7 @@ class CpuOptions(BaseModel):
                     "activation and rotary)"
     )
     decode_graphs: bool = Field(
-        True, description="record each decode batch size's step once and replay it through TorchScript, without "
+        True, description="record each decode batch size's step once and replay it as a native program, without "
                     "Python per layer (also off with --enforce-eager / --no-cuda-graphs)"
     )
     huge_pages: bool = Field(
@@ -213,7 +213,7 @@ class CpuPlatform(Platform):
         return None
 
     def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
-        """A recording of the decode step ``fn`` replayed by TorchScript's interpreter (``graphs.py``), made on
+        """A recording of the decode step ``fn`` replayed as a native program (``graphs.py``), made on
         the replay's first call; None with ``decode_graphs=false``."""
         return RecordedStep(fn) if self.options.decode_graphs else None
 

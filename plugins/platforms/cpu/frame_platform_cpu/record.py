@@ -163,6 +163,32 @@ class _Recorder(TorchDispatchMode):
         return view
 
 
+def flat(values: Any) -> list:
+    """The leaves of nested lists, tuples and dicts (an op's arguments), in order."""
+    if isinstance(values, (list, tuple)):
+        return [v for value in values for v in flat(value)]
+    if isinstance(values, dict):
+        return flat(list(values.values()))
+    return [values]
+
+
+def is_left_out(call: Call) -> bool:
+    """A functional op that returned one of its inputs (``to`` a dtype the tensor has): a replay skips it."""
+    result = call.result
+    return (not call.op._schema.is_mutable and isinstance(result, (Slot, External))
+            and result in flat((call.args, call.kwargs)))
+
+
+def needed_slots(recording: Recording) -> set[int]:
+    """Slots that something other than a view reads (a view reads its root, which no view makes): a replay makes a
+    view only where one of these is."""
+    needed = {recording.output.index} if isinstance(recording.output, Slot) else set()
+    for call in recording.calls:
+        if call.view is None or call.op._schema.name == "aten::detach":
+            needed.update(v.index for v in flat((call.args, call.kwargs)) if isinstance(v, Slot))
+    return needed
+
+
 def record(fn: Callable[[], torch.Tensor]) -> tuple[Recording, torch.Tensor]:
     """Run ``fn`` once, recording it; returns the recording and ``fn``'s output of this run.
     Raises :class:`NotRecordable` where the step cannot be repeated from its recording."""

@@ -1,15 +1,17 @@
-"""Turn a :class:`~frame_platform_cpu.record.Recording` into a TorchScript function and replay it.
+"""Replay a :class:`~frame_platform_cpu.record.Recording`: planned, then as a native program, or as a TorchScript
+function where the program cannot express a call.
 
-The function takes the recording's external tensors as one list argument and calls the recorded ops in order,
-``torch.ops.<namespace>.<op>(...)`` with the recorded constants; TorchScript's interpreter then runs a decode step
-as a loop in C++ over a few hundred op calls, with no Python module code, no kernel-selection branches and no
-Python-level dispatch per layer. The externals are arguments, never constants, so nothing about their contents is
-folded in: each replay reads the weights, the KV pool and the refilled input buffers as they are then.
+:func:`compile_replay` plans the recording's intermediates (:mod:`~frame_platform_cpu.plan`) and builds its native
+program (:mod:`~frame_platform_cpu.program`). The TorchScript form takes the recording's external tensors as one
+list argument and calls the recorded ops in order, ``torch.ops.<namespace>.<op>(...)`` with the recorded
+constants; TorchScript's interpreter then runs the step as a loop in C++. Either way the externals are read as they
+are at each replay, never folded in: the weights, the KV pool and the refilled input buffers as they are then.
 """
 
 from __future__ import annotations
 
 import keyword
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,10 @@ from typing import Any
 import torch
 
 from frame_platform_cpu.plan import plan
-from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot
+from frame_platform_cpu.program import build_program
+from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot, is_left_out, needed_slots
+
+log = logging.getLogger("frame.platform.cpu")
 
 _SIMPLE = (torch.dtype, torch.layout, torch.memory_format)
 
@@ -55,7 +60,7 @@ class _Writer:
         if isinstance(value, Slot):
             return f"t{value.index}"
         if isinstance(value, External):
-            return f"e{value.index}"
+            return f"ext[{value.index}]"
         if isinstance(value, (list, tuple)):
             annotation = _list_type(value, schema_type)
             if "Tensor" not in annotation and value:
@@ -105,21 +110,12 @@ def _call(writer: _Writer, op: Any, args: tuple, kwargs: dict[str, Any]) -> str:
     return f"torch.ops.{namespace}.{name}({', '.join(positional + keywords)})"
 
 
-def _flat(values: Any) -> list:
-    if isinstance(values, (list, tuple)):
-        return [v for value in values for v in _flat(value)]
-    if isinstance(values, dict):
-        return _flat(list(values.values()))
-    return [values]
-
-
 def _bind(writer: _Writer, call: Call, number: int, needed: set[int]) -> None:
     """Assign a call's tensors to their slot names. A functional op that returned one of its inputs (``to`` a
     dtype the tensor has) is left out; ``detach`` (in inference, a new handle on the same tensor) is a rename; a
     view op is one ``as_strided`` of its root, and none at all when only other views read it."""
     result, op = call.result, call.op
-    if not op._schema.is_mutable and isinstance(result, (Slot, External)) and result in _flat((call.args,
-                                                                                              call.kwargs)):
+    if is_left_out(call):
         return
     if op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
         writer.lines.append(f"    t{result.index} = {writer.value(call.args[0], 'Tensor')}")
@@ -143,21 +139,11 @@ def _bind(writer: _Writer, call: Call, number: int, needed: set[int]) -> None:
         writer.lines.append(f"    {expression}")
 
 
-def _needed(recording: Recording) -> set[int]:
-    """Slots that something other than a view reads (a view reads its root, which no view makes)."""
-    needed = {recording.output.index} if isinstance(recording.output, Slot) else set()
-    for call in recording.calls:
-        if call.view is None or call.op._schema.name == "aten::detach":
-            needed.update(v.index for v in _flat((call.args, call.kwargs)) if isinstance(v, Slot))
-    return needed
-
-
 def source(recording: Recording) -> str:
     """TorchScript source of ``step(ext: List[Tensor]) -> Tensor`` repeating ``recording``."""
     if recording.output is None:
         raise NotRecordable("the step has no output")
-    writer, needed = _Writer(), _needed(recording)
-    writer.lines.extend(f"    e{i} = ext[{i}]" for i in range(len(recording.externals)))
+    writer, needed = _Writer(), needed_slots(recording)
     for number, call in enumerate(recording.calls):
         _bind(writer, call, number, needed)
     writer.lines.append(f"    return {writer.value(recording.output, 'Tensor')}")
@@ -179,8 +165,18 @@ def _script_list(tensors: list[torch.Tensor]) -> Any:
 
 def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
     """A function running ``recording`` again over its external tensors as they are at each call (its
-    intermediates planned into fixed buffers where :func:`~frame_platform_cpu.plan.plan` can)."""
+    intermediates planned into fixed buffers where :func:`~frame_platform_cpu.plan.plan` can): the native
+    program (:mod:`~frame_platform_cpu.program`), or TorchScript where the program cannot express a call."""
     recording = plan(recording)
+    try:
+        return build_program(recording).run
+    except NotRecordable as e:
+        log.info("a decode step replays through TorchScript: %s", e)
+    return compile_script(recording)
+
+
+def compile_script(recording: Recording) -> Callable[[], torch.Tensor]:
+    """``recording`` (planned already) as a TorchScript function over its external tensors."""
     try:
         unit = torch.jit.CompilationUnit(source(recording))
     except (RuntimeError, AttributeError) as e:  # an op or argument TorchScript cannot express; a torch without it

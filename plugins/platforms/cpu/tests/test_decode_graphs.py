@@ -1,4 +1,5 @@
-"""The cpu platform's recorded steps: recording what a step's Python dispatched, replaying it through TorchScript.
+"""The cpu platform's recorded steps: recording what a step's Python dispatched, replaying it as a native program
+(or through TorchScript where the program cannot express a call).
 
 A tiny block made of ``frame.layers`` (with the platform's kernels attached where the CPU has them) stands in for
 a decode step; the engine-level check, greedy tokens of the bundled model with and without replay, is
@@ -16,8 +17,9 @@ from frame_platform_cpu import kernels
 from frame_platform_cpu import plan as planning
 from frame_platform_cpu.graphs import RecordedStep
 from frame_platform_cpu.platform import CpuOptions, CpuPlatform
-from frame_platform_cpu.record import External, NotRecordable, Slot, record
-from frame_platform_cpu.replay import compile_replay, source
+from frame_platform_cpu.program import build_program
+from frame_platform_cpu.record import External, NotRecordable, Recording, Slot, record
+from frame_platform_cpu.replay import compile_replay, compile_script, source
 from torch import nn
 
 _WHY_NOT = kernels.unavailable_reason()
@@ -62,6 +64,16 @@ def _block_step(dtype: torch.dtype, rows: int,
     return (lambda: block(x, residual, cos, sin)), refill, x
 
 
+def _recorded_block(dtype: torch.dtype, rows: int,
+                    ) -> tuple[Callable[[], torch.Tensor], Callable[[int], None], Recording]:
+    """:func:`_block_step`'s step and refill, and a recording of the step over the buffers refilled from seed 1."""
+    step, refill, _ = _block_step(dtype, rows)
+    with torch.inference_mode():
+        refill(1)
+        recording, _ = record(step)
+    return step, refill, recording
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 5])
 def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtype: torch.dtype, rows: int) -> None:
@@ -81,11 +93,70 @@ def test_a_replay_reads_its_inputs_afresh_and_equals_the_eager_step_bitwise(dtyp
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_step(dtype: torch.dtype) -> None:
-    step, refill, _ = _block_step(dtype, 1)
+def test_the_native_program_and_torchscript_replay_the_same_step_bitwise(dtype: torch.dtype) -> None:
+    step, refill, recording = _recorded_block(dtype, 3)
     with torch.inference_mode():
-        refill(1)
+        planned = planning.plan(recording)
+        program, script = build_program(planned), compile_script(planned)
+        for seed in (2, 3):
+            refill(seed)
+            expected = step()
+            assert torch.equal(program.run(), expected) and torch.equal(script(), expected)
+    # The platform's kernels with a direct form skip the dispatcher: every planned linear, norm and rotary.
+    direct = {"frame_cpu::packed_linear_into", "frame_cpu::packed_linear_float_into", "frame_cpu::packed_swiglu_into",
+              "frame_cpu::add_rms_norm_into", "frame_cpu::rotate_halves_"}
+    assert program.num_direct() == sum(call.op._schema.name in direct for call in planned.calls)
+    assert 0 < program.num_calls() <= len(planned.calls)
+
+
+def test_the_program_gives_numbers_and_index_lists_the_types_the_ops_declare() -> None:
+    x, rows = torch.randn(6, 4), torch.tensor([4, 1])
+
+    def step() -> torch.Tensor:  # aten::mul.Tensor with a float for its Tensor; aten::index with Tensor?[]
+        return x[rows] * 2.0 + 1
+
+    replay = RecordedStep(step)
+    for index in ([4, 1], [0, 5]):
+        rows.copy_(torch.tensor(index))
+        assert torch.equal(replay(), x[rows] * 2.0 + 1)
+        assert replay().dtype == torch.float32  # the wrapped numbers promote as Python scalars do
+    assert replay.calls and replay.calls > 0
+
+
+def test_a_list_argument_holding_a_tensor_the_step_made_is_built_by_each_run() -> None:
+    x = torch.randn(3)
+
+    def step() -> torch.Tensor:
+        return torch.cat([x * 2.0, x])
+
+    replay = RecordedStep(step)
+    for _ in range(3):
+        assert torch.equal(replay(), torch.cat([x * 2.0, x]))
+        x.add_(1.0)
+    assert replay.calls and replay.calls > 0
+
+
+def test_a_call_the_program_cannot_express_replays_through_torchscript() -> None:
+    x = torch.randn(2, 3)
+
+    def step() -> torch.Tensor:  # a memory format, which the program's constants cannot hold
+        return (x * 2.0).clone(memory_format=torch.contiguous_format)
+
+    with torch.inference_mode():
         recording, _ = record(step)
+        assert any("contiguous_format" in repr(call.kwargs) or "contiguous_format" in repr(call.args)
+                   for call in recording.calls)
+        with pytest.raises(NotRecordable, match="native program"):
+            build_program(recording)
+        replay = compile_replay(recording)
+        x.add_(1.0)
+        assert torch.equal(replay(), x * 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_step(dtype: torch.dtype) -> None:
+    step, refill, recording = _recorded_block(dtype, 1)
+    with torch.inference_mode():
         replay = compile_replay(recording)  # plans what it can
         outputs = []
         for seed in (2, 3, 4):
@@ -175,11 +246,16 @@ def test_a_view_as_another_dtype_is_never_replayed_as_the_first_dtype() -> None:
         return blocks.view(torch.float16).float() * 3.0
 
     replay = RecordedStep(step)
-    for expected in ([3.0, 6.0], [6.0, 12.0]):
+    for expected in ([3.0, 6.0], [6.0, 12.0], [12.0, 24.0]):
         assert replay().tolist() == expected
         blocks[1::2] += 4  # the exponent bits: each number doubles
-    # TorchScript spells a dtype as an int, so view(dtype) would resolve to view(size): the step runs eagerly.
-    assert replay.calls == 0
+    # The native program calls the overload recorded, view.dtype, so the step replays.
+    assert replay.calls and replay.calls > 0
+    # TorchScript spells a dtype as an int, so view(dtype) would resolve to view(size): it refuses the step.
+    with torch.inference_mode():
+        recording, _ = record(step)
+    with pytest.raises(NotRecordable):
+        compile_script(recording)
 
 
 def test_the_recording_is_made_on_the_first_replay_and_the_option_turns_it_off() -> None:

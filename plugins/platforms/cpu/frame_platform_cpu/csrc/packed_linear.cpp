@@ -28,6 +28,7 @@
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
+#include "direct_ops.h"
 #include "swiglu.h"
 
 #include <algorithm>
@@ -259,6 +260,19 @@ void packed_swiglu_into(const at::Tensor& x, const at::Tensor& packed, const c10
                         int64_t intermediate, at::Tensor& out) {
   packed_product(x, packed, bias, 2 * intermediate, true, false, &out);
 }
+
+using frame_cpu::RegisterDirect;
+using frame_cpu::written;
+const RegisterDirect direct_linear("frame_cpu::packed_linear_into", [](const c10::IValue* const* a) {
+  packed_linear_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), a[3]->toInt(), written(a[4]));
+});
+const RegisterDirect direct_linear_float("frame_cpu::packed_linear_float_into", [](const c10::IValue* const* a) {
+  packed_linear_float_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), a[3]->toInt(),
+                           written(a[4]));
+});
+const RegisterDirect direct_swiglu("frame_cpu::packed_swiglu_into", [](const c10::IValue* const* a) {
+  packed_swiglu_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), a[3]->toInt(), written(a[4]));
+});
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "bfloat16_bits.h"
+#include "direct_ops.h"
 
 #include <cmath>
 #include <cstdint>
@@ -110,6 +111,11 @@ void add_rms_norm_into(const at::Tensor& x, const at::Tensor& residual, const at
   const std::pair<at::Tensor, at::Tensor> into{out, summed};
   add_rms_norm_impl(x, residual, weight, eps, &into);
 }
+
+const frame_cpu::RegisterDirect direct_add_rms_norm("frame_cpu::add_rms_norm_into", [](const c10::IValue* const* a) {
+  add_rms_norm_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toDouble(), frame_cpu::written(a[4]),
+                    frame_cpu::written(a[5]));
+});
 
 }  // namespace
 

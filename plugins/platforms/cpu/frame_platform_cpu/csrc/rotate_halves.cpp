@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "bfloat16_bits.h"
+#include "direct_ops.h"
 
 #include <cstdint>
 #include <cstring>
@@ -49,6 +50,10 @@ void rotate_halves_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin)
     }
   });
 }
+
+const frame_cpu::RegisterDirect direct_rotate("frame_cpu::rotate_halves_", [](const c10::IValue* const* a) {
+  rotate_halves_(frame_cpu::written(a[0]), a[1]->toTensor(), a[2]->toTensor());
+});
 
 }  // namespace
 

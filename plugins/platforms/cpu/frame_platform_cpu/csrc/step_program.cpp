@@ -1,0 +1,203 @@
+// A recorded decode step as a native program: its op calls in order, run by one C++ loop.
+//
+// program.py builds it from a recording (record.py), planned (plan.py). Each call reads its arguments from
+// constants (the step's external tensors: weights, KV pool, the runner's input buffers and the planned buffers,
+// held here, so their data is read as it is at each run) or from slots (tensors an earlier call of the same run
+// made). An op of this library with a direct form (direct_ops.h) is called as a function; any other op (aten's, an
+// attention backend's) through the dispatcher with a boxed stack, as TorchScript's interpreter would, without the
+// interpreter's per-instruction work.
+
+#include <ATen/ScalarOps.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include "direct_ops.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace frame_cpu {
+
+std::unordered_map<std::string, DirectOp>& direct_ops() {
+  static std::unordered_map<std::string, DirectOp> ops;
+  return ops;
+}
+
+namespace {
+
+constexpr size_t kMaxDirectArgs = 16;
+
+enum class ListKind { kNone, kTensors, kOptionalTensors };
+
+struct Instruction {
+  std::optional<c10::OperatorHandle> op;  // empty: a copy of one value into a slot (a rename, `detach`)
+  DirectOp direct = nullptr;
+  std::vector<c10::IValue> constants;     // per argument: its value, or None where it reads a slot
+  std::vector<int64_t> reads;             // per argument: the slot it reads, or -1 for its constant
+  std::vector<int64_t> writes;            // per returned value: the slot it fills, or -1 when dropped
+  bool unpacks = false;                   // the op returns one list (aten::chunk): writes are its elements'
+  ListKind list = ListKind::kNone;        // no op: a list of tensors built from the arguments (make_list)
+};
+
+class StepProgram : public torch::CustomClassHolder {
+ public:
+  explicit StepProgram(int64_t num_slots) : slots_(num_slots) {}
+
+  // Append a call of op `name` (aten::mul, frame_cpu::packed_linear_into) with overload `overload` ("" for the
+  // default). `constants`, `reads` and `writes` as Instruction's.
+  void call(const std::string& name, const std::string& overload, std::vector<c10::IValue> constants,
+            std::vector<int64_t> reads, std::vector<int64_t> writes) {
+    TORCH_CHECK(constants.size() == reads.size(), "one slot or -1 per argument");
+    check_slots(reads);
+    check_slots(writes);
+    Instruction instruction;
+    instruction.op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    TORCH_CHECK(instruction.op->schema().arguments().size() == constants.size(), name, " takes ",
+                instruction.op->schema().arguments().size(), " arguments, the program gives it ", constants.size());
+    const auto& arguments = instruction.op->schema().arguments();
+    for (size_t i = 0; i < constants.size(); ++i) constants[i] = as_argument(std::move(constants[i]), arguments[i]);
+    const auto found = direct_ops().find(name);
+    if (found != direct_ops().end() && (overload.empty() || overload == "default") && writes.empty() &&
+        constants.size() <= kMaxDirectArgs)
+      instruction.direct = found->second;
+    const auto& returns = instruction.op->schema().returns();
+    instruction.unpacks = returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType;
+    instruction.constants = std::move(constants);
+    instruction.reads = std::move(reads);
+    instruction.writes = std::move(writes);
+    code_.push_back(std::move(instruction));
+  }
+
+  // Append `slot[to] = slot[from]` (from -1: `value`).
+  void copy(c10::IValue value, int64_t from, int64_t to) {
+    check_slots({from, to});
+    Instruction instruction;
+    instruction.constants.push_back(std::move(value));
+    instruction.reads.push_back(from);
+    instruction.writes.push_back(to);
+    code_.push_back(std::move(instruction));
+  }
+
+  // Append `slot[to] = [values...]`, a list of tensors (a Tensor?[] where `optional`), each from its constant
+  // or the slot in `reads`: an argument list holding a tensor the run makes (torch.cat's).
+  void make_list(std::vector<c10::IValue> constants, std::vector<int64_t> reads, int64_t to, bool optional) {
+    TORCH_CHECK(constants.size() == reads.size(), "one slot or -1 per element");
+    check_slots(reads);
+    check_slots({to});
+    Instruction instruction;
+    instruction.constants = std::move(constants);
+    instruction.reads = std::move(reads);
+    instruction.writes.push_back(to);
+    instruction.list = optional ? ListKind::kOptionalTensors : ListKind::kTensors;
+    code_.push_back(std::move(instruction));
+  }
+
+  // What run() returns: slot `slot`, or `value` where slot is -1 (a planned output buffer).
+  void set_output(c10::IValue value, int64_t slot) {
+    check_slots({slot});
+    output_ = std::move(value);
+    output_slot_ = slot;
+  }
+
+  int64_t num_direct() const {
+    int64_t n = 0;
+    for (const auto& instruction : code_) n += instruction.direct != nullptr;
+    return n;
+  }
+
+  int64_t num_calls() const { return static_cast<int64_t>(code_.size()); }
+
+  at::Tensor run() {
+    c10::InferenceMode inference;
+    for (const auto& instruction : code_) {
+      const size_t n = instruction.constants.size();
+      if (instruction.direct != nullptr) {
+        const c10::IValue* args[kMaxDirectArgs];
+        for (size_t i = 0; i < n; ++i) args[i] = value(instruction, i);
+        instruction.direct(args);
+      } else if (instruction.op.has_value()) {
+        stack_.clear();
+        for (size_t i = 0; i < n; ++i) stack_.push_back(*value(instruction, i));
+        instruction.op->callBoxed(stack_);
+        if (instruction.unpacks && !instruction.writes.empty()) {
+          const auto list = stack_.at(0).toList();
+          TORCH_CHECK(list.size() >= instruction.writes.size(), "an op returned fewer tensors than recorded");
+          for (size_t i = 0; i < instruction.writes.size(); ++i)
+            if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = list.get(i);
+        } else {
+          TORCH_CHECK(stack_.size() >= instruction.writes.size(), "an op returned fewer values than recorded");
+          for (size_t i = 0; i < instruction.writes.size(); ++i)
+            if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = std::move(stack_[i]);
+        }
+        stack_.clear();
+      } else if (instruction.list == ListKind::kTensors) {
+        c10::List<at::Tensor> list;
+        for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toTensor());
+        slots_[instruction.writes[0]] = c10::IValue(list);
+      } else if (instruction.list == ListKind::kOptionalTensors) {
+        c10::List<std::optional<at::Tensor>> list;
+        for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toOptional<at::Tensor>());
+        slots_[instruction.writes[0]] = c10::IValue(list);
+      } else {
+        slots_[instruction.writes[0]] = *value(instruction, 0);
+      }
+    }
+    at::Tensor out = output_slot_ >= 0 ? slots_[output_slot_].toTensor() : output_.toTensor();
+    // The run's own tensors go, as an interpreter's frame would drop them; the next run makes them again.
+    for (auto& slot : slots_) slot = c10::IValue();
+    return out;
+  }
+
+ private:
+  const c10::IValue* value(const Instruction& instruction, size_t i) const {
+    const int64_t slot = instruction.reads[i];
+    return slot < 0 ? &instruction.constants[i] : &slots_[slot];
+  }
+
+  // What Python's argument parsing would have made of a constant for this argument, which a boxed call does not
+  // do: a number where a Tensor is declared (`x * 2.0` records aten::mul.Tensor with the float) is a wrapped-number
+  // tensor, which type promotion treats as the Python scalar it was; a list of tensors, which arrives as Tensor[],
+  // is a Tensor?[] where one is declared (aten::index's indices).
+  static c10::IValue as_argument(c10::IValue value, const c10::Argument& argument) {
+    if (argument.type()->kind() == c10::TypeKind::TensorType && (value.isDouble() || value.isInt() || value.isBool())) {
+      at::Tensor wrapped = c10::scalar_to_tensor(value.toScalar());
+      wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return c10::IValue(wrapped);
+    }
+    const auto list = argument.type()->cast<c10::ListType>();
+    if (!value.isTensorList() || !list || list->getElementType()->kind() != c10::TypeKind::OptionalType) return value;
+    c10::List<std::optional<at::Tensor>> optional;
+    for (const at::Tensor& tensor : value.toTensorVector()) optional.push_back(tensor);
+    return c10::IValue(optional);
+  }
+
+  void check_slots(const std::vector<int64_t>& slots) const {
+    for (const int64_t slot : slots)
+      TORCH_CHECK(slot >= -1 && slot < static_cast<int64_t>(slots_.size()), "slot ", slot, " out of range");
+  }
+
+  std::vector<c10::IValue> slots_;
+  std::vector<Instruction> code_;
+  std::vector<c10::IValue> stack_;
+  c10::IValue output_;
+  int64_t output_slot_ = -1;
+};
+
+}  // namespace
+}  // namespace frame_cpu
+
+TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
+  m.class_<frame_cpu::StepProgram>("StepProgram")
+      .def(torch::init<int64_t>())
+      .def("call", &frame_cpu::StepProgram::call)
+      .def("copy", &frame_cpu::StepProgram::copy)
+      .def("make_list", &frame_cpu::StepProgram::make_list)
+      .def("set_output", &frame_cpu::StepProgram::set_output)
+      .def("num_direct", &frame_cpu::StepProgram::num_direct)
+      .def("num_calls", &frame_cpu::StepProgram::num_calls)
+      .def("run", &frame_cpu::StepProgram::run);
+}
