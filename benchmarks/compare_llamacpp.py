@@ -73,6 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-memory", default="1GiB", help="with --gguf, frame's KV pool")
     parser.add_argument("--workload", default="single_stream")
     parser.add_argument("--workload-opt", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--frame-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a frame engine setting (e.g. num_continuous_decode_steps=8)")
     parser.add_argument("--quantization", default="gguf", help="frame's --quantization ('none': dense weights)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="frame's activation (and dense weight) dtype; auto: the platform's pick for this CPU "
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = ["frame", "llamacpp"] if args.only is None else [args.only]
     quantization = args.quantization
     config = build_config(model=args.model, dtype=args.dtype, quantization=quantization,
-                          max_model_len=args.max_model_len, platform_options={"threads": args.threads})
+                          max_model_len=args.max_model_len, platform_options={"threads": args.threads},
+                          **parse_key_values(args.frame_opt, "--frame-opt"))
     engine = EngineCore(config)
     if not engine.source.is_gguf:
         console.print("[red]llama.cpp reads a .gguf file; pass one to --model.[/red]")

@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="environment for vLLM's process, over VLLM_ENV (KEY= drops a default)")
     parser.add_argument("--vllm-engine-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="extra LLM(...) keyword argument, value as JSON (e.g. max_num_batched_tokens=8192)")
+    parser.add_argument("--frame-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a frame engine setting (e.g. num_continuous_decode_steps=8)")
     parser.add_argument("--vllm-warmup-rounds", type=int, default=1,
                         help="untimed runs of the whole workload before vLLM's timed rounds")
     parser.add_argument("--show-vllm-log", action="store_true", help="echo vLLM's own log to stderr")
@@ -285,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
 
     vllm_dtype = args.vllm_dtype or args.dtype
     # vLLM runs the dense export of the GGUF, so frame runs it dense too (a .gguf is packed by default).
-    config = build_config(dtype=args.dtype, quantization="none", max_model_len=args.max_model_len)
+    config = build_config(dtype=args.dtype, quantization="none", max_model_len=args.max_model_len,
+                          **parse_key_values(args.frame_opt, "--frame-opt"))
     engine = EngineCore(config)
     tokenizer = engine.source.tokenizer
     options = {**ISSUE_OPTIONS.get(args.workload, {}), **parse_key_values(args.workload_opt, "--workload-opt")}

@@ -1,6 +1,7 @@
 """Where a decode token's wall time goes, sampled by Linux perf: the kernels, OpenMP's waits, everything else.
 
     .venv/bin/python benchmarks/kernel_share.py [--workload single_stream] [--dtype bfloat16] [--seconds 10]
+        [--num-continuous-decode-steps 1]
 
 torch.profiler times every op call and adds its own cost to each (about 430 calls a SmolLM2 decode step), so its
 "outside the kernels" share overstates what a step spends there. This samples instead: a child process drives the
@@ -37,8 +38,9 @@ CHILD = textwrap.dedent("""
     from frame.config import build_config
     from frame.engine.core.engine_core import EngineCore
     from frame.workloads import load_workloads
-    workload, dtype, quantization = sys.argv[1:4]
-    engine = EngineCore(build_config(None, dtype=dtype, quantization=quantization))
+    workload, dtype, quantization, steps = sys.argv[1:5]
+    engine = EngineCore(build_config(None, dtype=dtype, quantization=quantization,
+                                     num_continuous_decode_steps=int(steps)))
     requests = load_workloads().get(workload).generate(engine.source.tokenizer, 0)
     warm_up(engine)
     print("READY", flush=True)
@@ -64,13 +66,16 @@ def main() -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--quantization", default="none")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--num-continuous-decode-steps", type=int, default=1,
+                        help="the engine's num_continuous_decode_steps")
     parser.add_argument("--top", type=int, default=8, help="shared objects listed under 'outside'")
     args = parser.parse_args()
     console = Console()
     if shutil.which("perf") is None:
         console.print("[red]perf is not installed[/red]: install linux-perf (Debian) or linux-tools to sample.")
         return 1
-    child = subprocess.Popen([sys.executable, "-c", CHILD, args.workload, args.dtype, args.quantization],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, args.workload, args.dtype, args.quantization,
+                              str(args.num_continuous_decode_steps)],
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     try:

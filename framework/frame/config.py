@@ -69,6 +69,10 @@ class EngineConfig(BaseModel):
     max_long_partial_prefills: int | None = Field(
         None, ge=1, description="most prompts longer than long_prefill_token_threshold prefilled at once; shorter ones "
         "pass a long prompt that waits for its turn (vLLM's flag); default: no limit")
+    num_continuous_decode_steps: int = Field(
+        1, ge=1, le=64, description="decode steps a batch of decodes runs back to back in one engine step while no "
+        "request waits (SGLang's flag): the scheduler and the engine's Python run once for them, which a single "
+        "stream on a CPU spends several percent of each token on; a request that arrives meanwhile waits for them")
     platform: str = Field("auto", description="platform plugin; auto: the best available")
     attn: str = Field("auto", description="attention plugin; auto: the platform's choice")
     cache: str = Field("hashchain", description="KV-cache strategy plugin")
@@ -95,7 +99,8 @@ class EngineConfig(BaseModel):
     router_options: dict[str, Any] = Field(default_factory=dict, description="options of the router plugin")
     cuda_graphs: bool = Field(
         True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda, "
-        "TorchScript on cpu) and the attention backend allows it; off: every step runs eagerly")
+        "a native program of the step's op calls on cpu) and the attention backend allows it; off: every step runs "
+        "eagerly")
     speculative_proposer: str | None = Field(
         None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")

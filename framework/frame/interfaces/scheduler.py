@@ -37,6 +37,8 @@ class SchedulerLimits(BaseModel):
     long_prefill_token_threshold: int = 0
     #: Most long prefills in progress at once (None: no limit); a long prompt past it waits, shorter ones pass it.
     max_long_partial_prefills: int | None = None
+    #: Steps a batch of decodes runs in one engine step while nothing else waits (1: one; see Scheduler).
+    num_continuous_decode_steps: int = 1
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,16 @@ class SimulatedModel:
             batch.append((run.req_id, run.num_new_tokens))
         return batch
 
+    def _continue(self, req_id: str, req: _SimRequest) -> None:
+        """Write the KV of ``req``'s last token, in a slot its table must hold already (the next decode step of a
+        continuous run, which the plan gave no new blocks for)."""
+        bs, pos = self.block_size, req.computed
+        if len(req.table) * bs <= pos:
+            raise AssertionError(f"{req_id}: a continuous decode step reaches position {pos} but its block table "
+                                 f"{req.table} holds {len(req.table) * bs}")
+        self.slots[req.table[pos // bs] * bs + pos % bs] = prefix_fingerprints(req.tokens, req.extra_keys)[pos]
+        req.computed = pos + 1
+
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         """Run one step of ``plan`` and return the sampled tokens."""
         batch = self._apply(plan)
@@ -177,8 +187,12 @@ class SimulatedModel:
                 self.slots[req.table[pos // bs] * bs + pos % bs] = fingerprints[pos]
             req.computed = end
             if end == len(req.tokens):
-                token = self.next_token(req.tokens)
-                req.tokens.append(token)
-                samples.append(RequestSample(req_id, [token]))
+                tokens = [self.next_token(req.tokens)]
+                req.tokens.append(tokens[-1])
+                for _ in range(plan.decode_steps - 1):  # continuous decode steps: the sampled token is the input
+                    self._continue(req_id, req)
+                    tokens.append(self.next_token(req.tokens))
+                    req.tokens.append(tokens[-1])
+                samples.append(RequestSample(req_id, tokens))
         self.num_forwards += 1
         return RunnerOutput(samples=samples)

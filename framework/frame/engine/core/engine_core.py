@@ -75,6 +75,8 @@ class EngineCore:
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
             long_prefill_token_threshold=config.long_prefill_tokens,
             max_long_partial_prefills=config.max_long_partial_prefills,
+            # Drafts are verified a step at a time: a proposer and continuous steps do not mix.
+            num_continuous_decode_steps=1 if config.speculative_proposer else config.num_continuous_decode_steps,
         )
         policy = self.hooks.create_scheduler(self.selection.sched, self.limits, self.selection.options["scheduler"])
         self.structured = StructuredOutputManager(self._grammar_backend, int(self.source.hf_config.vocab_size),

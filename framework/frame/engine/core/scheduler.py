@@ -164,7 +164,23 @@ class Scheduler:
         self._schedule_running(step)
         if not step.preempted:
             self._admit(step)
-        return self._plan(step)
+        return self._plan(step, self._continuous_steps(step))
+
+    def _continuous_steps(self, step: Step) -> int:
+        """How many decode steps this step's batch runs back to back (SGLang's continuous decode steps): up to
+        :attr:`~frame.interfaces.scheduler.SchedulerLimits.num_continuous_decode_steps` while every scheduled request
+        is a plain decode (no drafts, no grammar) and nothing waits, no more than any of them may still gain, and
+        only once each holds KV slots for them; else 1."""
+        steps = self.limits.num_continuous_decode_steps
+        if (steps == 1 or self.waiting or step.preempted or step.spec or not step.scheduled
+                or (self.structured is not None and self.structured.active)
+                or any(n != 1 or seq.num_uncomputed_tokens != 1 for seq, n in step.scheduled)):
+            return 1
+        steps = min(steps, 1 + step.budget // len(step.scheduled), *(self._room(seq) for seq, _ in step.scheduled))
+        # A request that got its slots and one that did not: the first keeps a block early, used by its next steps.
+        if steps == 1 or any(self.cache.allocate(seq, steps) is None for seq, _ in step.scheduled):
+            return 1
+        return steps
 
     def _schedule_running(self, step: Step) -> None:
         index = 0
@@ -233,7 +249,7 @@ class Scheduler:
         if victim.seq_id in self._runner_blocks:
             self._resumed.add(victim.seq_id)
 
-    def _plan(self, step: Step) -> SchedulerOutput:
+    def _plan(self, step: Step, decode_steps: int = 1) -> SchedulerOutput:
         new: list[NewRequest] = []
         running: list[RunningRequest] = []
         constrained = self.structured is not None and self.structured.active
@@ -274,7 +290,7 @@ class Scheduler:
         return SchedulerOutput(
             step=self._step, num_prompt_tokens=prompt_tokens, new_requests=new, running=running,
             block_copies=step.copies, preempted_ids=[s.seq_id for s in step.preempted], finished_ids=ended,
-            grammar_ids=grammar_ids, grammar_bitmask=grammar_bitmask,
+            grammar_ids=grammar_ids, grammar_bitmask=grammar_bitmask, decode_steps=decode_steps,
         )
 
     # -- after the step -----------------------------------------------------------------------------------
@@ -298,12 +314,14 @@ class Scheduler:
             sample = samples.get(req.req_id)
             if sample is None:
                 raise ValueError(f"the step sampled request {req.req_id} but no result was reported for it")
-            kept = len(sample.token_ids) - 1  # drafts the target agreed with
-            drafted, accepted = drafted + len(spec), accepted + kept
+            # Tokens past the first: drafts the target agreed with, or the later of continuous decode steps.
+            kept = len(sample.token_ids) - 1
+            drafted, accepted = drafted + len(spec), accepted + min(kept, len(spec))
             count, stop = self._append(seq, sample.token_ids)
             appended[req.req_id] = count
             # KV is valid for the last real token and the kept drafts (the rejected drafts' slots are rewritten
-            # later), and never for more tokens than a stop left in the sequence.
+            # later), or for each input of continuous decode steps, and never for more tokens than a stop left in
+            # the sequence.
             seq.num_computed_tokens = min(seq.num_computed_tokens + req.num_new_tokens - (len(spec) - kept),
                                           seq.num_tokens)
             self.cache.commit(seq)

@@ -70,6 +70,7 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     the previous plan, and the runner drops everything it holds for them. ``grammar_bitmask`` holds the
     structured-output masks (int32 little-endian rows, :mod:`frame.interfaces.grammar`) of the requests in
     ``grammar_ids``, one row per position each samples (its last token, then each draft), in that order.
+    With ``decode_steps`` above 1 every request is a decode that samples up to that many tokens, one a step.
     """
 
     step: int
@@ -81,6 +82,9 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
     finished_ids: list[str] = []
     grammar_ids: list[str] = []
     grammar_bitmask: bytes = b""
+    #: How many decode steps the runner runs back to back (each row's sampled token the next one's input); above 1
+    #: only for a batch of plain decodes, each holding KV slots for that many tokens.
+    decode_steps: int = 1
 
     @property
     def num_batched_tokens(self) -> int:

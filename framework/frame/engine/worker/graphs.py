@@ -96,6 +96,29 @@ class DecodeGraphs:
         self.seq_lens[start:stop] = 1
         self.block_tables[start:stop] = self.scratch_block
 
+    def advance(self, input_ids: np.ndarray) -> torch.Tensor:
+        """Replay the bucket :meth:`run` replayed last with each of its rows one position further on and
+        ``input_ids`` its next tokens: the next of continuous decode steps, whose block tables :meth:`run` was
+        given already. Only the positions, sequence lengths and slots move, in the buffers themselves."""
+        n, bs = len(input_ids), self.block_size
+        size = self.bucket(n)
+        assert size is not None, f"no recorded graph holds {n} decodes"
+        if self._host is not None:
+            ids, pos, slot, lens, tables = self._host
+            ids[:n] = input_ids
+            pos[:n] += 1
+            lens[:n] += 1
+            slot[:n] = tables[np.arange(n), pos[:n] // bs] * bs + pos[:n] % bs
+        else:
+            self.input_ids[:n].copy_(torch.from_numpy(input_ids.astype(np.int64)), non_blocking=True)
+            self.positions[:n] += 1
+            self.seq_lens[:n] += 1
+            positions = self.positions[:n]
+            blocks = self.block_tables[:n].gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
+            self.slot_mapping[:n] = blocks.to(torch.int64) * bs + positions % bs
+        logits = self.replays[size]()
+        return logits if n == size else logits[:n]
+
     def run(self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, seq_lens: np.ndarray,
             block_tables: np.ndarray) -> torch.Tensor:
         """Replay the bucket of ``n = len(input_ids)`` decodes and return their logits ``[n, vocab]``."""

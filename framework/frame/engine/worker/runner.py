@@ -91,6 +91,7 @@ class ModelRunner:
         self.sampler = Sampler(seed)
         self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
+        self._replayed = 0  # rows of the last forward when it was a graph's replay (0: it ran eagerly)
         self.proposer: Proposer | None = None
         self.draft_batch_limit: int | None = None  # no drafts when more requests than this decode in a step
         self._draft_probs: dict[str, torch.Tensor] = {}
@@ -217,7 +218,9 @@ class ModelRunner:
         the model run eagerly otherwise."""
         if (prompt is None and self.graphs is not None and host.is_pure_decode
                 and self.graphs.bucket(len(host.query_lens))):
+            self._replayed = len(host.query_lens)
             return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables), []
+        self._replayed = 0
         inputs = self.to_device(host)
         meta: AttentionMetadata | GroupedMetadata = self.attention.build_metadata(inputs.meta)
         if inputs.group_metas:
@@ -246,9 +249,44 @@ class ModelRunner:
         if plan.grammar_ids:
             self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
         samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
+        if plan.decode_steps > 1:
+            samples = self.continue_decoding(samples, rows, counts, sampling, plan.decode_steps - 1)
         if self.proposer is not None:
             samples = self.propose(samples)
         return RunnerOutput(samples=samples, prompt_logprobs=scored)
+
+    def continue_decoding(self, samples: list[RequestSample], rows: np.ndarray, counts: np.ndarray,
+                          sampling: np.ndarray, more: int) -> list[RequestSample]:
+        """Run up to ``more`` further decode steps of ``rows`` (the scheduler's continuous decode steps, each
+        row's last sampled token its next input, in KV slots the plan's tables already hold); returns each
+        request's tokens of them all. Stops early once every row sampled an end token: the scheduler would drop
+        what follows. After a replayed step the next one only moves the graph's inputs on
+        (:meth:`DecodeGraphs.advance`): none of the general gathering and checks, each of which runs cold once a
+        token after the weights have streamed through the caches."""
+        batch = self.batch
+        tokens = [list(s.token_ids) for s in samples]
+        logprobs = [None if s.logprobs is None else list(s.logprobs) for s in samples]
+        states = [batch.state_of_row[row] for row in rows.tolist()]
+        ends = [(frozenset() if state.params.ignore_eos else state.eos_token_ids).union(  # type: ignore[union-attr]
+            state.params.stop_token_ids) for state in states]  # type: ignore[union-attr]
+        last = np.asarray([t[-1] for t in tokens])
+        for _ in range(more):
+            if all(t[-1] in end for t, end in zip(tokens, ends, strict=True)):
+                break
+            batch.num_computed[rows] += 1
+            if self.graphs is not None and self._replayed == len(rows):
+                logits = self.graphs.advance(last)
+            else:
+                logits, _ = self.forward(self.gather(rows, counts, sampling))
+                assert logits is not None
+            sampled = self.sampler(logits, batch, rows)
+            batch.append_tokens(rows, sampled.token_ids)
+            last = sampled.token_ids
+            for i, token in enumerate(last.tolist()):
+                tokens[i].append(token)
+                if logprobs[i] is not None:
+                    logprobs[i].append(sampled.logprobs[i])  # type: ignore[union-attr, arg-type]
+        return [RequestSample(s.req_id, t, lp) for s, t, lp in zip(samples, tokens, logprobs, strict=True)]
 
     def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
         """Mask the logits of constrained requests with the plan's structured-output rows (every position each
