@@ -3,9 +3,9 @@
 :meth:`CpuPlatform.capture_graph <frame_platform_cpu.platform.CpuPlatform.capture_graph>` answers the runner's
 graph seam (:mod:`frame.engine.worker.graphs`) with :class:`RecordedStep`. The runner asks for every bucket up to
 ``max_num_seqs`` at start; recording one costs a real step of that size, so each bucket records on its first use
-instead (the recording run is that step, with its real inputs), and buckets a server never sees cost nothing. A
-step that cannot be recorded (:class:`~frame_platform_cpu.record.NotRecordable`) keeps running eagerly, logged
-once.
+instead (the recording run is that step, with its real inputs, replayed once more to check the replay gives the
+same numbers), and buckets a server never sees cost nothing. A step that cannot be recorded, or whose replay fails
+or differs (:class:`~frame_platform_cpu.record.NotRecordable`), keeps running eagerly, logged once.
 """
 
 from __future__ import annotations
@@ -37,10 +37,19 @@ class RecordedStep:
             return self._run()
         try:
             recording, out = record(self.fn)
-            self._run = compile_replay(recording)
-            self.calls = len(recording.calls)
+            expected = out.clone()  # a planned replay writes its output where the recorded run left it
+            run = compile_replay(recording)
+            # The same step once more, replayed (it rewrites the step's KV rows with the same values): a replay
+            # that fails or differs from the run it repeats would be wrong on every later step, so it is not kept.
+            try:
+                replayed = run()
+            except RuntimeError as e:
+                raise NotRecordable(f"its replay failed: {str(e).splitlines()[0]}") from e
+            if not torch.equal(replayed, expected):
+                raise NotRecordable("its replay gave other numbers than the step it recorded")
+            self._run, self.calls = run, len(recording.calls)
             log.debug("recorded a decode step: %d op calls over %d tensors", self.calls, len(recording.externals))
-            return out
+            return replayed
         except NotRecordable as e:
             # A partial run only rewrote KV rows that the eager rerun writes again with the same values.
             log.info("a decode step runs eagerly: the cpu platform cannot record it (%s)", e)

@@ -267,3 +267,21 @@ def test_the_recording_is_made_on_the_first_replay_and_the_option_turns_it_off()
     x.fill_(-1.0)
     assert torch.equal(replay(), torch.nn.functional.silu(x * 2.0))
     assert CpuPlatform(CpuOptions(decode_graphs=False)).capture_graph(lambda: x) is None
+
+
+def _failing_replay() -> torch.Tensor:
+    raise RuntimeError("Expected Tensor but got Double")  # what a program's mistyped argument raised once
+
+
+@pytest.mark.parametrize("replay", [lambda: torch.zeros(3), _failing_replay], ids=["differs", "fails"])
+def test_a_replay_that_differs_from_its_recorded_run_or_fails_is_not_kept(monkeypatch: pytest.MonkeyPatch,
+                                                                          replay) -> None:
+    import frame_platform_cpu.graphs as graphs
+
+    x = torch.ones(3)
+    monkeypatch.setattr(graphs, "compile_replay", lambda recording: replay)  # a wrong replay, as a bug would make
+    step = RecordedStep(lambda: x * 2.0)
+    for value in (1.0, 5.0):
+        x.fill_(value)
+        assert torch.equal(step(), x * 2.0)
+    assert step.calls == 0  # the step runs eagerly from its first call on
