@@ -108,7 +108,7 @@ class DecodeGraphs:
             ids[:n] = input_ids
             pos[:n] += 1
             lens[:n] += 1
-            slot[:n] = tables[np.arange(n), pos[:n] // bs] * bs + pos[:n] % bs
+            slot[:n] = tables[np.arange(n), pos[:n] // bs].astype(np.int64) * bs + pos[:n] % bs
         else:
             self.input_ids[:n].copy_(torch.from_numpy(input_ids.astype(np.int64)), non_blocking=True)
             self.positions[:n] += 1
