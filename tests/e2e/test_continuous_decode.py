@@ -55,3 +55,18 @@ def test_the_device_buffer_path_of_advance_moves_the_same_inputs(chat_prompts) -
     llm = LLM(dtype="float32", num_continuous_decode_steps=6, **ARGS)
     llm.engine.executor.worker.runner.graphs._host = None
     assert generate(llm, [prompt], **params)[0].token_ids == expected
+
+
+def test_a_constrained_request_and_a_proposer_each_keep_one_step_at_a_time(chat_prompts) -> None:
+    import re
+
+    from frame.sampling_params import StructuredOutputs
+
+    llm = LLM(dtype="float32", num_continuous_decode_steps=6, **ARGS)
+    before = llm.engine.stats().steps
+    out = generate(llm, [chat_prompts[2][:30]], temperature=0, max_tokens=9,
+                   structured_outputs=StructuredOutputs(regex=r"[0-9]{8}"))[0]
+    assert re.fullmatch(r"[0-9]{8}", out.text)  # the grammar's mask applied to every token
+    assert llm.engine.stats().steps - before >= len(out.token_ids)  # a step per token: no run of six
+    drafting = LLM(dtype="float32", num_continuous_decode_steps=6, speculative_proposer="ngram", **ARGS)
+    assert drafting.engine.limits.num_continuous_decode_steps == 1
