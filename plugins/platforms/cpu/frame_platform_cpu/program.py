@@ -8,8 +8,9 @@ dispatcher's argument stack and kernel lookup.
 
 The external tensors are the program's constants, held by it, and read as they are at each run (as the
 TorchScript replay reads the list it is given); the tensors a call makes live in slots until the run ends. The
-binding rules are TorchScript's replay's (``replay.py``): an op that returned its input is left out, ``detach`` is a
-copy of the handle, a view is one ``as_strided`` of its root where a non-view reads it.
+binding rules are the TorchScript replay's, one function for both (:func:`~frame_platform_cpu.record.binding`): an
+op that returned its input is left out, ``detach`` is a copy of the handle, a view is one ``as_strided`` of its
+root where a non-view reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from frame_platform_cpu import kernels
-from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot, flat, is_left_out, needed_slots
+from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot, binding, flat, needed_slots
 
 
 def _positional(call: Call, args: tuple, kwargs: dict[str, Any]) -> list:
@@ -73,18 +74,17 @@ class _Builder:
             raise NotRecordable(f"the native program cannot call {schema.name}: {str(e).splitlines()[0]}") from e
 
     def bind(self, call: Call, needed: set[int]) -> None:
-        result = call.result
-        if is_left_out(call):
+        result, how = call.result, binding(call, needed)
+        if how == "skip":
             return
-        if call.op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
+        if how == "rename":
             value, slot = self.operand(call.args[0])
             self.program.copy(value, slot, result.index)
             return
-        if call.view is not None:
-            if result.index in needed:
-                view = call.view
-                self.call(torch.ops.aten.as_strided.default, [view.root, list(view.size), list(view.stride),
-                                                              view.offset], [result.index])
+        if how == "view":
+            view = call.view
+            self.call(torch.ops.aten.as_strided.default, [view.root, list(view.size), list(view.stride), view.offset],
+                      [result.index])
             return
         results = list(result) if isinstance(result, (list, tuple)) else [] if result is None else [result]
         writes = [r.index if isinstance(r, Slot) else -1 for r in results]

@@ -172,11 +172,20 @@ def flat(values: Any) -> list:
     return [values]
 
 
-def is_left_out(call: Call) -> bool:
-    """A functional op that returned one of its inputs (``to`` a dtype the tensor has): a replay skips it."""
+def binding(call: Call, needed: set[int]) -> str:
+    """How a replay (either form, ``program.py`` or ``replay.py``) takes a recorded call: ``"skip"`` a functional
+    op that returned one of its inputs (``to`` a dtype the tensor has) and a view that only other views read,
+    ``"rename"`` ``detach`` (in inference, a new handle on the same tensor), ``"view"`` one ``as_strided`` of the
+    view's root, ``"call"`` everything else. ``needed``: :func:`needed_slots`."""
     result = call.result
-    return (not call.op._schema.is_mutable and isinstance(result, (Slot, External))
-            and result in flat((call.args, call.kwargs)))
+    if (not call.op._schema.is_mutable and isinstance(result, (Slot, External))
+            and result in flat((call.args, call.kwargs))):
+        return "skip"
+    if call.op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
+        return "rename"
+    if call.view is not None:
+        return "view" if result.index in needed else "skip"
+    return "call"
 
 
 def needed_slots(recording: Recording) -> set[int]:

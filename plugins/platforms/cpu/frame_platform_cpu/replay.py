@@ -20,7 +20,7 @@ import torch
 
 from frame_platform_cpu.plan import plan
 from frame_platform_cpu.program import build_program
-from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot, is_left_out, needed_slots
+from frame_platform_cpu.record import Call, External, NotRecordable, Recording, Slot, binding, needed_slots
 
 log = logging.getLogger("frame.platform.cpu")
 
@@ -113,19 +113,19 @@ def _call(writer: _Writer, op: Any, args: tuple, kwargs: dict[str, Any]) -> str:
 def _bind(writer: _Writer, call: Call, number: int, needed: set[int]) -> None:
     """Assign a call's tensors to their slot names. A functional op that returned one of its inputs (``to`` a
     dtype the tensor has) is left out; ``detach`` (in inference, a new handle on the same tensor) is a rename; a
-    view op is one ``as_strided`` of its root, and none at all when only other views read it."""
+    view op is one ``as_strided`` of its root, and none at all when only other views read it (:func:`binding`)."""
     result, op = call.result, call.op
-    if is_left_out(call):
+    how = binding(call, needed)
+    if how == "skip":
         return
-    if op._schema.name == "aten::detach" and isinstance(result, Slot) and not call.kwargs:
+    if how == "rename":
         writer.lines.append(f"    t{result.index} = {writer.value(call.args[0], 'Tensor')}")
         return
-    if call.view is not None:
-        if result.index in needed:
-            view = call.view
-            writer.lines.append(f"    t{result.index} = torch.ops.aten.as_strided({writer.value(view.root, '')}, "
-                                f"{writer.value(view.size, 'List[int]')}, {writer.value(view.stride, 'List[int]')}, "
-                                f"{view.offset})")
+    if how == "view":
+        view = call.view
+        writer.lines.append(f"    t{result.index} = torch.ops.aten.as_strided({writer.value(view.root, '')}, "
+                            f"{writer.value(view.size, 'List[int]')}, {writer.value(view.stride, 'List[int]')}, "
+                            f"{view.offset})")
         return
     expression = _call(writer, op, call.args, call.kwargs)
     if isinstance(result, Slot):
