@@ -33,8 +33,13 @@ class RequestState:
     next_prompt_logprob: int = 1
     bias_ids: np.ndarray | None = None
     bias_values: np.ndarray | None = None
+    #: The tokens that end the request once ``min_tokens`` are out: its stop token ids, and its end-of-sequence
+    #: ids unless it ignores them (what the core's stop rules apply; the sampler bans them before then).
+    stop_ids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
+        self.stop_ids = frozenset(self.params.stop_token_ids).union(
+            frozenset() if self.params.ignore_eos else self.eos_token_ids)
         if self.params.logit_bias:
             self.bias_ids = np.fromiter(self.params.logit_bias.keys(), dtype=np.int64)
             self.bias_values = np.fromiter(self.params.logit_bias.values(), dtype=np.float32)

@@ -266,9 +266,7 @@ class ModelRunner:
         batch = self.batch
         tokens = [list(s.token_ids) for s in samples]
         logprobs = [None if s.logprobs is None else list(s.logprobs) for s in samples]
-        states = [batch.state_of_row[row] for row in rows.tolist()]
-        ends = [(frozenset() if state.params.ignore_eos else state.eos_token_ids).union(  # type: ignore[union-attr]
-            state.params.stop_token_ids) for state in states]  # type: ignore[union-attr]
+        ends = [batch.state_of_row[row].stop_ids for row in rows.tolist()]  # type: ignore[union-attr]
         last = np.asarray([t[-1] for t in tokens])
         for _ in range(more):
             if all(t[-1] in end for t, end in zip(tokens, ends, strict=True)):

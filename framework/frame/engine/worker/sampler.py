@@ -83,11 +83,8 @@ class Sampler:
         for i in np.flatnonzero(num_outputs < batch.min_tokens[rows]).tolist():
             state = batch.state_of_row[int(rows[i])]
             assert state is not None
-            banned = set(state.params.stop_token_ids)
-            if not state.params.ignore_eos:
-                banned |= state.eos_token_ids
-            if banned:
-                logits[i, sorted(banned)] = float("-inf")
+            if state.stop_ids:
+                logits[i, sorted(state.stop_ids)] = float("-inf")
 
     def _draw(self, logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> torch.Tensor:
         temperature = batch.temperature[rows]

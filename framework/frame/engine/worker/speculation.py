@@ -99,10 +99,8 @@ def _process(span: torch.Tensor, batch: PersistentBatch, row: int, draft: list[i
     for j in range(span.shape[0]):
         seen = np.concatenate([history, np.asarray(draft[:j], dtype=history.dtype)]) if j else history
         penalize(span[j], params, seen, seen[state.num_prompt_tokens:])
-        if num_outputs + j < params.min_tokens:
-            banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(state.eos_token_ids))
-            if banned:
-                span[j, sorted(banned)] = float("-inf")
+        if num_outputs + j < params.min_tokens and state.stop_ids:
+            span[j, sorted(state.stop_ids)] = float("-inf")
     if params.temperature == 0.0:
         return span
     count = span.shape[0]
