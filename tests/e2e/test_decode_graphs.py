@@ -20,6 +20,7 @@ import pytest
 import torch
 from frame import LLM, SamplingParams
 from frame.engine.worker.graphs import capture_sizes
+from frame.engine.worker.sampler import Sampler
 from frame.layers import VocabParallelEmbedding
 from frame.testing.ggml_blocks import random_blocks
 from frame.testing.gguf import write_text_model_keys, write_tiny_tokenizer
@@ -90,6 +91,34 @@ def test_the_cpu_platforms_recorded_steps_give_the_eager_tokens(dtype: str, chat
     assert greedy(llm, prompts[:1], 6) == [eager[0][:6]]
     # Both buckets recorded a step of a few hundred op calls (never fell back to running eagerly).
     assert replays[8].calls > 300 and replays[1].calls > 300 and replays[2].calls is None
+
+
+def test_plain_greedy_steps_take_their_tokens_from_the_recorded_steps_argmax(monkeypatch: pytest.MonkeyPatch,
+                                                                               chat_prompts) -> None:
+    """The cpu platform's greedy kernel ends each recorded step; a replayed step whose rows are all plain greedy
+    hands the sampler those tokens, and one with a sampled row still draws (the same draws as eager steps)."""
+    prompts = [p[: 20 + 7 * i] for i, p in enumerate(chat_prompts[:3])]
+    args = dict(dtype="float32", attn="cpu_paged", max_model_len=256, max_num_seqs=4, quantization="none")
+    eager = LLM(**args, cuda_graphs=False)
+    llm = LLM(**args)
+    assert llm.engine.executor.worker.runner.graphs.greedy is not None
+    handed: list[bool] = []
+    sample = Sampler.__call__
+
+    def spy(sampler, logits, batch, rows, greedy=None):
+        handed.append(greedy is not None)
+        if greedy is not None:
+            assert greedy.tolist() == logits.numpy().argmax(-1).tolist()
+        return sample(sampler, logits, batch, rows, greedy)
+
+    monkeypatch.setattr(Sampler, "__call__", spy)
+    assert greedy(llm, prompts, 10) == greedy(eager, prompts, 10)
+    assert sum(handed) >= 8  # the replayed decode steps; the prefill steps ran eagerly
+    mixed = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
+             SamplingParams(temperature=0.8, seed=3, max_tokens=8, ignore_eos=True)]
+    requests = [{"prompt_token_ids": p} for p in prompts[:2]]
+    assert ([r.outputs[0].token_ids for r in llm.generate(requests, mixed)]
+            == [r.outputs[0].token_ids for r in eager.generate(requests, mixed)])
 
 
 def test_a_dropped_engine_frees_its_weights_and_kv_pool(chat_prompts) -> None:

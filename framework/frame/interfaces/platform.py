@@ -71,6 +71,15 @@ class Platform(ABC):
         may record lazily, on the replay's first call (the cpu platform does). Since API 2."""
         return None
 
+    def greedy_kernel(self) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+        """A kernel ``(logits, out)`` that writes each row's argmax of ``logits`` ``[rows, vocab]`` into ``out``
+        (int64 ``[rows]``), as numpy's argmax answers (the first maximum; a NaN counts as the largest), with no host
+        reads. The runner puts it at the end of each recorded decode step (:meth:`capture_graph`), so that a step
+        whose rows are all plain greedy takes its tokens from there, with no pass over the logits after the step:
+        on a CPU that pass runs cold, once the step's weights have streamed through the caches. None (the default):
+        the sampler takes the argmax. Since API 2 (issue 35)."""
+        return None
+
     @property
     def distributed_backend(self) -> str:
         """The torch.distributed backend tensor-parallel ranks talk over here (``gloo``, ``nccl``, ...)."""

@@ -258,7 +258,8 @@ class ModelFamilySuite(LlamaCppPresetChecks):
 
     def test_recorded_decode_steps_match_the_eager_ones(self, built, hooks, platform) -> None:
         """Where the platform records decode steps (``Platform.capture_graph``), replaying the recording of the
-        family's own forward gives the eager step's logits, bit for bit, step after step."""
+        family's own forward gives the eager step's logits, bit for bit, step after step; where it has a greedy
+        kernel (``Platform.greedy_kernel``), the step's argmax per row is numpy's over those logits."""
         reference, _, _, folder = built
         if self.graph_attention_name not in hooks.registry.names("attention"):
             pytest.skip(f"the {self.graph_attention_name} attention backend is not installed")
@@ -269,7 +270,8 @@ class ModelFamilySuite(LlamaCppPresetChecks):
         prompts = [self.prompt(seed, n, reference.config.vocab_size) for seed, n in ((6, 5), (7, 9), (8, 3))]
         runner.step(dict(enumerate(prompts)))
         graphs = DecodeGraphs(model, layers[0], runner.caches, platform.device, max_num_seqs=3, max_model_len=16,
-                              block_size=BLOCK_SIZE, scratch_block=0, capture=platform.capture_graph)
+                              block_size=BLOCK_SIZE, scratch_block=0, capture=platform.capture_graph,
+                              greedy=platform.greedy_kernel())
         if not graphs.enabled:
             pytest.skip(f"the {platform.name} platform records no decode steps")
         for token in (11, 12, 13):  # the first replay records, the next two replay the recording
@@ -280,6 +282,9 @@ class ModelFamilySuite(LlamaCppPresetChecks):
             replayed = graphs.run(np.array([token, token + 1, token + 2]), positions, slots, positions + 1,
                                   np.array(runner.tables, dtype=np.int32))
             assert torch.equal(replayed, eager)
+            argmax = graphs.greedy_tokens(3)
+            if argmax is not None:
+                assert argmax.tolist() == replayed.float().cpu().numpy().argmax(-1).tolist()
 
     def test_missing_and_unknown_tensors_are_named(self, built, hooks, platform) -> None:
         reference, _, _, folder = built

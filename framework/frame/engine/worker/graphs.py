@@ -6,7 +6,10 @@ from host lists) sets ``supports_graphs``. The runner then keeps fixed-capacity 
 slot mapping, context lengths, block tables at full width) and, for a pure decode step of ``n`` requests, copies
 the step's values into their first ``n`` rows, pads the rest of the bucket with a scratch block that no request
 owns, and replays the bucket's graph. Launch overheads (hundreds of kernels per step) vanish; the sampler still
-runs eagerly on the first ``n`` rows of logits.
+runs eagerly on the first ``n`` rows of logits, except where the platform has a greedy kernel
+(:meth:`~frame.interfaces.platform.Platform.greedy_kernel`): the recorded step then ends with each row's argmax,
+written into a fixed buffer, and a step whose rows are all plain greedy takes its tokens from there
+(:meth:`DecodeGraphs.greedy_tokens`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ log = logging.getLogger("frame.graphs")
 Replay = Callable[[], torch.Tensor]
 #: A platform's recorder: runs ``fn`` once under capture and returns its replay, or None when it cannot.
 Capture = Callable[[Callable[[], torch.Tensor]], Replay | None]
+#: A platform's greedy kernel: writes each row's argmax of the logits into an int64 tensor.
+Greedy = Callable[[torch.Tensor, torch.Tensor], None]
 
 
 def capture_sizes(max_num_seqs: int, largest: int = 256) -> list[int]:
@@ -43,7 +48,8 @@ class DecodeGraphs:
 
     def __init__(self, model: CausalLM, attention: AttentionBackend, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                  device: torch.device, *, max_num_seqs: int, max_model_len: int, block_size: int, scratch_block: int,
-                 capture: Capture) -> None:
+                 capture: Capture, greedy: Greedy | None = None) -> None:
+        """``greedy``: the platform's greedy kernel, run at the end of every recorded step (None: none)."""
         self.model, self.attention, self.kv_caches, self.device = model, attention, kv_caches, device
         self.block_size, self.scratch_block, self.max_model_len = block_size, scratch_block, max_model_len
         self.sizes = capture_sizes(max_num_seqs)
@@ -54,12 +60,15 @@ class DecodeGraphs:
         self.seq_lens = torch.ones(rows, dtype=torch.int32, device=device)
         self.block_tables = torch.full((rows, width), scratch_block, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(rows + 1, dtype=torch.int32, device=device)
+        self.greedy = greedy
+        self.greedy_ids = torch.zeros(rows, dtype=torch.int64, device=device)  # the last replay's argmax per row
         # On the host the buffers are filled through numpy views of them: one assignment each, where a torch copy
         # is a slice, a conversion and a copy, every one of which runs cold once a step after the linears have
         # streamed the weights through the caches (SmolLM2's single stream: run() outside its replay took 52 us a
         # token that way, 13 this way).
         self._host = None if self.device.type != "cpu" else tuple(
-            t.numpy() for t in (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.block_tables))
+            t.numpy() for t in (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.block_tables,
+                                self.greedy_ids))
         self._pad(0, rows)
         self.replays: dict[int, Replay] = {}
         for size in reversed(self.sizes):  # largest first, as CUDA graph memory pools prefer
@@ -83,10 +92,17 @@ class DecodeGraphs:
                                  self.max_model_len, self.block_size)
         meta = self.attention.build_metadata(common)
         ids, positions = self.input_ids[:size], self.positions[:size]
-        model, kv_caches = self.model, self.kv_caches
+        model, kv_caches, greedy, greedy_ids = self.model, self.kv_caches, self.greedy, self.greedy_ids[:size]
+
         # Not `self`: the recorded step would hold this object through its own replays dict, a cycle that
         # gc.collect() was seen not to free, so every engine dropped in a process kept its weights and KV pool.
-        return lambda: model.compute_logits(model(ids, positions, kv_caches, meta))
+        def step() -> torch.Tensor:
+            logits = model.compute_logits(model(ids, positions, kv_caches, meta))
+            if greedy is not None:
+                greedy(logits, greedy_ids)
+            return logits
+
+        return step
 
     def _pad(self, start: int, stop: int) -> None:
         """Rows ``[start, stop)`` decode one token into the scratch block, reading only it."""
@@ -104,7 +120,7 @@ class DecodeGraphs:
         size = self.bucket(n)
         assert size is not None, f"no recorded graph holds {n} decodes"
         if self._host is not None:
-            ids, pos, slot, lens, tables = self._host
+            ids, pos, slot, lens, tables, _ = self._host
             ids[:n] = input_ids
             pos[:n] += 1
             lens[:n] += 1
@@ -127,7 +143,7 @@ class DecodeGraphs:
         assert size is not None, f"no recorded graph holds {n} decodes"
         width = block_tables.shape[1]
         if self._host is not None:
-            ids, pos, slot, lens, tables = self._host
+            ids, pos, slot, lens, tables, _ = self._host
             ids[:n], pos[:n], slot[:n], lens[:n], tables[:n, :width] = (input_ids, positions, slots, seq_lens,
                                                                           block_tables)
         else:
@@ -140,3 +156,12 @@ class DecodeGraphs:
             self._pad(n, size)
         logits = self.replays[size]()
         return logits if n == size else logits[:n]
+
+    def greedy_tokens(self, n: int) -> np.ndarray | None:
+        """Each of the first ``n`` rows' argmax of the logits the last :meth:`run` or :meth:`advance` returned (a
+        copy), or None without a greedy kernel."""
+        if self.greedy is None:
+            return None
+        if self._host is not None:
+            return self._host[5][:n].copy()
+        return np.array(self.greedy_ids[:n].cpu())  # a copy: the next replay rewrites the buffer

@@ -161,7 +161,9 @@ class Worker:
     def capture_graphs(self) -> bool:
         """Record the decode step per batch-size bucket through the platform (False when it records none)."""
         with torch.inference_mode():
-            recorded = self.runner.capture_graphs(self.selection.platform.capture_graph, self.config.max_num_seqs)
+            platform = self.selection.platform
+            recorded = self.runner.capture_graphs(platform.capture_graph, self.config.max_num_seqs,
+                                                  platform.greedy_kernel())
         if recorded:
             log.info("recorded decode graphs for batch sizes %s", self.runner.graphs.sizes)  # type: ignore[union-attr]
         return recorded

@@ -18,7 +18,7 @@ import torch
 
 from frame.engine.wire.plan import BlockCopy, PromptLogprobs, RequestSample, RunnerOutput, SchedulerOutput
 from frame.engine.worker.batch import PersistentBatch
-from frame.engine.worker.graphs import Capture, DecodeGraphs
+from frame.engine.worker.graphs import Capture, DecodeGraphs, Greedy
 from frame.engine.worker.prompt_logprobs import PromptRows, score_prompt, take_prompt_rows
 from frame.engine.worker.sampler import Sampler, mask_disallowed
 from frame.engine.worker.speculation import verify
@@ -198,15 +198,16 @@ class ModelRunner:
                               for slots, tables in zip(host.group_slots, host.group_tables, strict=True)),
         )
 
-    def capture_graphs(self, capture: Capture, max_num_seqs: int) -> bool:
-        """Record the decode step per batch-size bucket (the pool must have a scratch block past its end)."""
+    def capture_graphs(self, capture: Capture, max_num_seqs: int, greedy: Greedy | None = None) -> bool:
+        """Record the decode step per batch-size bucket (the pool must have a scratch block past its end), each
+        ending with the platform's ``greedy`` kernel where it has one."""
         assert self.pool is not None and self.pool.scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
         if self.kv_groups.num_groups > 1:  # a recorded step reads one block table per row
             return False
         self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
                                    max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
                                    block_size=self.block_size, scratch_block=self.pool.first_scratch_block,
-                                   capture=capture)
+                                   capture=capture, greedy=greedy)
         if not self.graphs.enabled:
             self.graphs = None
         return self.graphs is not None
@@ -248,7 +249,8 @@ class ModelRunner:
             return RunnerOutput(prompt_logprobs=scored)
         if plan.grammar_ids:
             self.apply_grammar(logits, plan, rows[host.samples], host.drafts[host.samples])
-        samples = self.sample(logits, rows[host.samples], host.drafts[host.samples])
+        greedy = None if plan.grammar_ids else self._replayed_greedy_tokens()
+        samples = self.sample(logits, rows[host.samples], host.drafts[host.samples], greedy)
         if plan.decode_steps > 1:
             samples = self.continue_decoding(samples, rows, counts, sampling, plan.decode_steps - 1)
         if self.proposer is not None:
@@ -277,7 +279,7 @@ class ModelRunner:
             else:
                 logits, _ = self.forward(self.gather(rows, counts, sampling))
                 assert logits is not None
-            sampled = self.sampler(logits, batch, rows)
+            sampled = self.sampler(logits, batch, rows, self._replayed_greedy_tokens())
             batch.append_tokens(rows, sampled.token_ids)
             last = sampled.token_ids
             for i, token in enumerate(last.tolist()):
@@ -285,6 +287,13 @@ class ModelRunner:
                 if logprobs[i] is not None:
                     logprobs[i].append(sampled.logprobs[i])  # type: ignore[union-attr, arg-type]
         return [RequestSample(s.req_id, t, lp) for s, t, lp in zip(samples, tokens, logprobs, strict=True)]
+
+    def _replayed_greedy_tokens(self) -> np.ndarray | None:
+        """Each row's argmax that the last forward's recorded step wrote (None: it ran eagerly, or the platform has
+        no greedy kernel); the caller leaves it out where the logits were changed after the step (a grammar)."""
+        if not self._replayed or self.graphs is None:
+            return None
+        return self.graphs.greedy_tokens(self._replayed)
 
     def apply_grammar(self, logits: torch.Tensor, plan: SchedulerOutput, rows: np.ndarray, drafts: np.ndarray) -> None:
         """Mask the logits of constrained requests with the plan's structured-output rows (every position each
@@ -298,11 +307,13 @@ class ModelRunner:
             index.extend(range(start_of[req_id], start_of[req_id] + int(self.batch.num_drafts[row]) + 1))
         mask_disallowed(logits, index, from_bytes(plan.grammar_bitmask, logits.shape[-1]))
 
-    def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray) -> list[RequestSample]:
-        """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens."""
+    def sample(self, logits: torch.Tensor, rows: np.ndarray, drafts: np.ndarray,
+               greedy: np.ndarray | None = None) -> list[RequestSample]:
+        """Sample (requests without drafts, vectorised) or verify (requests with drafts) and append the tokens.
+        ``greedy``: each row's argmax of ``logits``, when the recorded step computed it."""
         states = self.batch.state_of_row
         if not drafts.any():
-            sampled = self.sampler(logits, self.batch, rows)
+            sampled = self.sampler(logits, self.batch, rows, greedy)
             self.batch.append_tokens(rows, sampled.token_ids)
             return [RequestSample(states[row].req_id, [token], None if lp is None else [lp])  # type: ignore[union-attr]
                     for row, token, lp in zip(rows.tolist(), sampled.token_ids.tolist(), sampled.logprobs,

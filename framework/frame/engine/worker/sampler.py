@@ -34,9 +34,14 @@ class Sampler:
     def __init__(self, seed: int = 0) -> None:
         self.generator = torch.Generator().manual_seed(seed)
 
-    def __call__(self, logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray) -> SamplerOutput:
-        """Sample ``logits`` ``[len(rows), vocab]``; row ``i`` of the logits belongs to batch row ``rows[i]``."""
+    def __call__(self, logits: torch.Tensor, batch: PersistentBatch, rows: np.ndarray,
+                 greedy: np.ndarray | None = None) -> SamplerOutput:
+        """Sample ``logits`` ``[len(rows), vocab]``; row ``i`` of the logits belongs to batch row ``rows[i]``.
+        ``greedy``: each row's argmax of ``logits`` where the step computed it already (a platform's greedy kernel
+        in a recorded step), the answer when every row is plain greedy."""
         if batch.plain_greedy[rows].all():
+            if greedy is not None:
+                return SamplerOutput(greedy, [None] * len(rows))
             # Every row greedy and nothing to apply (batch.plain_greedy): the argmax alone, which is what the steps
             # below come to. Each of them, a few numpy or torch ops, runs cold once a step after the linears have
             # streamed the weights through the caches: 120 us a token of SmolLM2's single stream.

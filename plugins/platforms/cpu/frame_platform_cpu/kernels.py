@@ -232,3 +232,15 @@ def fused_rotate_halves():
         return True
 
     return rotate
+
+
+def greedy_tokens():
+    """Each row's argmax of the logits into an int64 ``out`` in one native pass (``csrc/row_argmax.cpp``): numpy's
+    answer, the first maximum or the first NaN. Logits of another dtype are widened first (exactly)."""
+    load()
+    op = torch.ops.frame_cpu.row_argmax_into.default
+
+    def argmax(logits: torch.Tensor, out: torch.Tensor) -> None:
+        op(logits if logits.dtype == torch.float32 else logits.float(), out)
+
+    return argmax

@@ -212,6 +212,13 @@ class CpuPlatform(Platform):
             return kernels.float32_linear(layer.weight, layer.bias)
         return None
 
+    def greedy_kernel(self) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+        """The native row argmax (``csrc/row_argmax.cpp``), unless ``native_kernels=false`` or the kernels cannot
+        build here."""
+        if not self.options.native_kernels or kernels.unavailable_reason() is not None:
+            return None
+        return kernels.greedy_tokens()
+
     def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
         """A recording of the decode step ``fn`` replayed as a native program (``graphs.py``), made on
         the replay's first call; None with ``decode_graphs=false``."""
