@@ -145,70 +145,97 @@ void panel_product(const uint16_t* x, int64_t m, int64_t k, const uint16_t* pane
 }
 #endif
 
-// x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated; float32 when float_out.
-// `into`: a tensor of that shape and dtype to write y into (a recorded step's planned buffer), else a new one.
-at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                          int64_t n, bool gated, bool float_out = false, const at::Tensor* into = nullptr) {
 #if defined(__AVX512BF16__)
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
-              "packed_linear takes a bfloat16 x and a bfloat16 packed weight");
-  TORCH_CHECK(x.dim() == 2, "packed_linear takes x of shape [rows, in_features]");
-  const at::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), k = xc.size(1);
-  TORCH_CHECK(k % 2 == 0 && n % (gated ? kPanel : 16) == 0 && packed.numel() == n * k,
-              "the packed weight must hold out_features x in_features, with an even in_features and out_features "
-              "a multiple of 16 (of 32 for SwiGLU); pack it with frame_platform_cpu.kernels");
-  const float* bias_ptr = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
-                "bias must be float32 with out_features elements, ordered as the packed weight's columns");
-    bias_ptr = bias->data_ptr<float>();
-  }
-  const int64_t width = gated ? n / 2 : n;
-  const auto y_options = float_out ? xc.options().dtype(at::kFloat) : xc.options();
-  at::Tensor y;
-  if (into != nullptr) {
-    TORCH_CHECK(into->dim() == 2 && into->size(0) == m && into->size(1) == width && into->is_contiguous() &&
-                    into->scalar_type() == y_options.dtype().toScalarType(),
-                "out must be a contiguous [rows, out_features] tensor of the product's dtype");
-    y = *into;
-  } else {
-    y = at::empty({m, width}, y_options);
-  }
-  if (m == 0) return y;
-  const at::Tensor pc = packed.contiguous();
-  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
-  const auto* wp = reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>());
-  auto* yp = float_out ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
-  float* yf = float_out ? y.data_ptr<float>() : nullptr;
-  const int64_t panels = (n + kPanel - 1) / kPanel;  // the last one has 16 columns when n is an odd multiple of 16
-  // Rows in blocks whose x fits in L2 beside the panels (kRowBlockBytes): a prefill chunk's x (thousands of rows)
-  // would otherwise stream from L3 once per panel.
-  const int64_t block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / (2 * k) / kRowTile * kRowTile);
-  auto run_panels = [&](int64_t begin, int64_t end) {
+// One product's operands as pointers, and its panels: `run(begin, end)` computes panels [begin, end) for every row.
+struct Product {
+  const uint16_t* x;
+  const uint16_t* weight;
+  const float* bias;
+  uint16_t* y;  // bfloat16 out (y_float null)
+  float* y_float;
+  int64_t m, k, n, width, panels, block_rows;
+  bool gated;
+
+  void run(int64_t begin, int64_t end) const {
+    // Rows in blocks whose x fits in L2 beside the panels (kRowBlockBytes): a prefill chunk's x (thousands of rows)
+    // would otherwise stream from L3 once per panel.
     for (int64_t r0 = 0; r0 < m; r0 += block_rows) {
       const int64_t rows = std::min<int64_t>(block_rows, m - r0);
-      const uint16_t* xb = xp + r0 * k;
-      uint16_t* yb = float_out ? nullptr : yp + r0 * width;
-      float* yfb = float_out ? yf + r0 * width : nullptr;
+      const uint16_t* xb = x + r0 * k;
+      uint16_t* yb = y_float ? nullptr : y + r0 * width;
+      float* yfb = y_float ? y_float + r0 * width : nullptr;
       for (int64_t p = begin; p < end; ++p) {
         const int64_t col = p * kPanel;
-        const uint16_t* panel = wp + col * k;
-        const float* panel_bias = bias_ptr ? bias_ptr + col : nullptr;
+        const uint16_t* panel = weight + col * k;
+        const float* panel_bias = bias ? bias + col : nullptr;
         // Lines of this thread's next panel, when it has one.
         const int64_t lines = p + 1 < end ? std::min<int64_t>(kPanel, n - col - kPanel) * k * 2 / 64 : 0;
         const char* next = lines > 0 ? reinterpret_cast<const char*>(panel + kPanel * k) : nullptr;
         const bool whole = n - col >= kPanel;
         if (gated) panel_product<2, Out::kGated>(xb, rows, k, panel, panel_bias, yb + p * 16, width, next, lines);
-        else if (float_out && whole) panel_product<2, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
-        else if (float_out) panel_product<1, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
+        else if (y_float && whole) panel_product<2, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
+        else if (y_float) panel_product<1, Out::kFloat>(xb, rows, k, panel, panel_bias, yfb + col, width, next, lines);
         else if (whole) panel_product<2, Out::kBf16>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
         else panel_product<1, Out::kBf16>(xb, rows, k, panel, panel_bias, yb + col, width, next, lines);
       }
     }
-  };
+  }
+};
+
+// Checks the operands (x and packed contiguous, y of the product's shape and dtype) and points a Product at them.
+// `bias`: null for none. Only references are taken, no tensor handle (a team's threads share the reference counts).
+Product make_product(const at::Tensor& x, const at::Tensor& packed, const at::Tensor* bias, int64_t n, bool gated,
+                     bool float_out, const at::Tensor& y) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
+              "packed_linear takes a bfloat16 x and a bfloat16 packed weight");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "packed_linear takes x of shape [rows, in_features]");
+  const int64_t m = x.size(0), k = x.size(1);
+  TORCH_CHECK(k % 2 == 0 && n % (gated ? kPanel : 16) == 0 && packed.numel() == n * k && packed.is_contiguous(),
+              "the packed weight must hold out_features x in_features, with an even in_features and out_features "
+              "a multiple of 16 (of 32 for SwiGLU); pack it with frame_platform_cpu.kernels");
+  const float* bias_ptr = nullptr;
+  if (bias != nullptr && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == n,
+                "bias must be float32 with out_features elements, ordered as the packed weight's columns");
+    bias_ptr = bias->data_ptr<float>();
+  }
+  const int64_t width = gated ? n / 2 : n;
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == m && y.size(1) == width && y.is_contiguous() &&
+                  y.scalar_type() == (float_out ? at::kFloat : at::kBFloat16),
+              "out must be a contiguous [rows, out_features] tensor of the product's dtype");
+  Product product;
+  product.x = reinterpret_cast<const uint16_t*>(x.data_ptr<c10::BFloat16>());
+  product.weight = reinterpret_cast<const uint16_t*>(packed.data_ptr<c10::BFloat16>());
+  product.bias = bias_ptr;
+  product.y = float_out ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
+  product.y_float = float_out ? y.data_ptr<float>() : nullptr;
+  product.m = m;
+  product.k = k;
+  product.n = n;
+  product.width = width;
+  product.panels = (n + kPanel - 1) / kPanel;  // the last one has 16 columns when n is an odd multiple of 16
+  product.block_rows = std::max<int64_t>(kRowTile, kRowBlockBytes / (2 * k) / kRowTile * kRowTile);
+  product.gated = gated;
+  return product;
+}
+#endif
+
+// x [m, k] against a packed weight of n columns: y [m, n], or [m, n / 2] when gated; float32 when float_out.
+// `into`: a tensor of that shape and dtype to write y into (a recorded step's planned buffer), else a new one.
+at::Tensor packed_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                          int64_t n, bool gated, bool float_out = false, const at::Tensor* into = nullptr) {
+#if defined(__AVX512BF16__)
+  TORCH_CHECK(x.dim() == 2, "packed_linear takes x of shape [rows, in_features]");
+  const at::Tensor xc = x.contiguous(), pc = packed.contiguous();
+  const at::Tensor y = into != nullptr ? *into
+                                       : at::empty({xc.size(0), gated ? n / 2 : n},
+                                                   xc.options().dtype(float_out ? at::kFloat : at::kBFloat16));
+  const Product product = make_product(xc, pc, bias.has_value() ? &*bias : nullptr, n, gated, float_out, y);
+  if (product.m == 0) return y;
+  const int64_t panels = product.panels;
+  auto run_panels = [&](int64_t begin, int64_t end) { product.run(begin, end); };
   const int64_t threads = at::get_num_threads();
-  if (m < kStreamRows && threads > 1) {
+  if (product.m < kStreamRows && threads > 1) {
     // A decode's panels go out in a few chunks per thread, taken as threads come free, rather than one fixed half
     // each: a thread that starts late (woken, or on a busier link to memory) no longer keeps the other waiting at
     // the end. Zen 4, SmolLM2 single stream, one process alternating with the fixed split: faster in 7 of 8
@@ -273,6 +300,29 @@ const RegisterDirect direct_linear_float("frame_cpu::packed_linear_float_into", 
 const RegisterDirect direct_swiglu("frame_cpu::packed_swiglu_into", [](const c10::IValue* const* a) {
   packed_swiglu_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), a[3]->toInt(), written(a[4]));
 });
+
+#if defined(__AVX512BF16__)
+// Team forms (direct_ops.h): this thread's contiguous share of the panels, into the planned buffer.
+void team_product(const c10::IValue* const* a, const frame_cpu::Team& team, bool gated, bool float_out) {
+  const int64_t n = gated ? 2 * a[3]->toInt() : a[3]->toInt();
+  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
+    if (team.thread == 0) packed_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), n, gated,
+                                         float_out, &a[4]->toTensor());
+    return;
+  }
+  const Product product = make_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->isNone() ? nullptr : &a[2]->toTensor(),
+                                       n, gated, float_out, a[4]->toTensor());
+  const auto [begin, end] = frame_cpu::share(product.panels, team);
+  if (product.m > 0 && begin < end) product.run(begin, end);
+}
+
+const frame_cpu::RegisterTeam team_linear("frame_cpu::packed_linear_into",
+    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, false, false); });
+const frame_cpu::RegisterTeam team_linear_float("frame_cpu::packed_linear_float_into",
+    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, false, true); });
+const frame_cpu::RegisterTeam team_swiglu("frame_cpu::packed_swiglu_into",
+    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, true, false); });
+#endif
 
 }  // namespace
 

@@ -132,23 +132,35 @@ int64_t argmax_row(const float* x, int64_t n) {
 int64_t argmax_row(const float* x, int64_t n) { return argmax_scalar(x, n); }
 #endif
 
-void row_argmax_into(const at::Tensor& logits, at::Tensor& out) {
+void check_argmax(const at::Tensor& logits, const at::Tensor& out) {
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.size(1) > 0,
               "row_argmax_into takes float32 logits of shape [rows, vocab]");
   TORCH_CHECK(out.scalar_type() == at::kLong && out.dim() == 1 && out.size(0) == logits.size(0) &&
                   out.is_contiguous(), "out must be a contiguous int64 tensor of one entry a row");
   TORCH_CHECK(logits.stride(1) == 1, "row_argmax_into takes rows with contiguous columns");
-  const int64_t rows = logits.size(0), vocab = logits.size(1), stride = logits.stride(0);
+}
+
+void argmax_rows(const at::Tensor& logits, const at::Tensor& out, int64_t begin, int64_t end) {
   const float* x = logits.data_ptr<float>();
   int64_t* y = out.data_ptr<int64_t>();
-  // A row takes about 2 us: a step of a few rows runs on the calling thread, with no parallel region to wake.
-  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) y[r] = argmax_row(x + r * stride, vocab);
-  });
+  for (int64_t r = begin; r < end; ++r) y[r] = argmax_row(x + r * logits.stride(0), logits.size(1));
+}
+
+void row_argmax_into(const at::Tensor& logits, at::Tensor& out) {
+  check_argmax(logits, out);
+  // A row takes about 3 us: a step of a few rows runs on the calling thread, with no parallel region to wake.
+  at::parallel_for(0, logits.size(0), 8, [&](int64_t begin, int64_t end) { argmax_rows(logits, out, begin, end); });
 }
 
 const frame_cpu::RegisterDirect direct_argmax("frame_cpu::row_argmax_into", [](const c10::IValue* const* a) {
   row_argmax_into(a[0]->toTensor(), frame_cpu::written(a[1]));
+});
+
+const frame_cpu::RegisterTeam team_argmax("frame_cpu::row_argmax_into",
+                                          [](const c10::IValue* const* a, const frame_cpu::Team& team) {
+  check_argmax(a[0]->toTensor(), a[1]->toTensor());
+  const auto [begin, end] = frame_cpu::share(a[0]->toTensor().size(0), team);
+  argmax_rows(a[0]->toTensor(), a[1]->toTensor(), begin, end);
 });
 
 }  // namespace

@@ -6,6 +6,13 @@
 // made). An op of this library with a direct form (direct_ops.h) is called as a function; any other op (aten's, an
 // attention backend's) through the dispatcher with a boxed stack, as TorchScript's interpreter would, without the
 // interpreter's per-instruction work.
+//
+// A stretch of direct calls with at least two team forms among them (a layer's output projection, norm, SwiGLU,
+// down projection, norm, QKV and rotary, between two attention calls) runs in one parallel region: every thread
+// walks the stretch, a call with a team form gives each thread its share, any other runs on the first thread, and
+// the threads meet at a spin barrier after each. Each linear opening and closing its own OpenMP region cost 3-4 us
+// a call with the threads on two Zen 4 CCDs (the worker starting 1.2 us late, a futex wake at each libgomp
+// barrier); a spin barrier costs the cache line's round trip.
 
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -15,10 +22,20 @@
 
 #include "direct_ops.h"
 
+#include <ATen/Parallel.h>
+#include <omp.h>
+
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace frame_cpu {
 
@@ -27,15 +44,48 @@ std::unordered_map<std::string, DirectOp>& direct_ops() {
   return ops;
 }
 
+std::unordered_map<std::string, TeamOp>& team_ops() {
+  static std::unordered_map<std::string, TeamOp> ops;
+  return ops;
+}
+
 namespace {
 
 constexpr size_t kMaxDirectArgs = 16;
+// Pauses before a waiting thread starts yielding its core (a few hundred microseconds): past that the other thread
+// is likely descheduled, and spinning would keep it off the core it needs.
+constexpr int kSpinsBeforeYield = 1 << 13;
+
+// Threads meet here: the last to arrive moves the generation on, the others spin until it moves.
+struct SpinBarrier {
+  alignas(64) std::atomic<int> arrived{0};
+  alignas(64) std::atomic<int> generation{0};
+
+  void wait(int threads) {
+    const int seen = generation.load(std::memory_order_acquire);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) == threads - 1) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.store(seen + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; generation.load(std::memory_order_acquire) == seen; ++spins) {
+#if defined(__x86_64__)
+      if (spins < kSpinsBeforeYield) {
+        _mm_pause();
+        continue;
+      }
+#endif
+      std::this_thread::yield();
+    }
+  }
+};
 
 enum class ListKind { kNone, kTensors, kOptionalTensors };
 
 struct Instruction {
   std::optional<c10::OperatorHandle> op;  // empty: a copy of one value into a slot (a rename, `detach`)
   DirectOp direct = nullptr;
+  TeamOp team = nullptr;                  // the direct op's share for one thread of a team (direct_ops.h)
   std::vector<c10::IValue> constants;     // per argument: its value, or None where it reads a slot
   std::vector<int64_t> reads;             // per argument: the slot it reads, or -1 for its constant
   std::vector<int64_t> writes;            // per returned value: the slot it fills, or -1 when dropped
@@ -62,14 +112,18 @@ class StepProgram : public torch::CustomClassHolder {
     for (size_t i = 0; i < constants.size(); ++i) constants[i] = as_argument(std::move(constants[i]), arguments[i]);
     const auto found = direct_ops().find(name);
     if (found != direct_ops().end() && (overload.empty() || overload == "default") && writes.empty() &&
-        constants.size() <= kMaxDirectArgs)
+        constants.size() <= kMaxDirectArgs) {
       instruction.direct = found->second;
+      const auto team = team_ops().find(name);
+      if (team != team_ops().end()) instruction.team = team->second;
+    }
     const auto& returns = instruction.op->schema().returns();
     instruction.unpacks = returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType;
     instruction.constants = std::move(constants);
     instruction.reads = std::move(reads);
     instruction.writes = std::move(writes);
     code_.push_back(std::move(instruction));
+    team_ends_.clear();
   }
 
   // Append `slot[to] = slot[from]` (from -1: `value`).
@@ -111,39 +165,28 @@ class StepProgram : public torch::CustomClassHolder {
 
   int64_t num_calls() const { return static_cast<int64_t>(code_.size()); }
 
+  // Whether stretches of direct calls run as teams (true at first); off, every call opens its own regions.
+  void set_teams(bool on) { teams_ = on; }
+
+  // How many stretches run as teams.
+  int64_t num_teams() {
+    plan_teams();
+    int64_t n = 0;
+    for (const size_t end : team_ends_) n += end != 0;
+    return n;
+  }
+
   at::Tensor run() {
     c10::InferenceMode inference;
-    for (const auto& instruction : code_) {
-      const size_t n = instruction.constants.size();
-      if (instruction.direct != nullptr) {
-        const c10::IValue* args[kMaxDirectArgs];
-        for (size_t i = 0; i < n; ++i) args[i] = value(instruction, i);
-        instruction.direct(args);
-      } else if (instruction.op.has_value()) {
-        stack_.clear();
-        for (size_t i = 0; i < n; ++i) stack_.push_back(*value(instruction, i));
-        instruction.op->callBoxed(stack_);
-        if (instruction.unpacks && !instruction.writes.empty()) {
-          const auto list = stack_.at(0).toList();
-          TORCH_CHECK(list.size() >= instruction.writes.size(), "an op returned fewer tensors than recorded");
-          for (size_t i = 0; i < instruction.writes.size(); ++i)
-            if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = list.get(i);
-        } else {
-          TORCH_CHECK(stack_.size() >= instruction.writes.size(), "an op returned fewer values than recorded");
-          for (size_t i = 0; i < instruction.writes.size(); ++i)
-            if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = std::move(stack_[i]);
-        }
-        stack_.clear();
-      } else if (instruction.list == ListKind::kTensors) {
-        c10::List<at::Tensor> list;
-        for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toTensor());
-        slots_[instruction.writes[0]] = c10::IValue(list);
-      } else if (instruction.list == ListKind::kOptionalTensors) {
-        c10::List<std::optional<at::Tensor>> list;
-        for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toOptional<at::Tensor>());
-        slots_[instruction.writes[0]] = c10::IValue(list);
+    plan_teams();
+    const int threads = at::get_num_threads();
+    const bool teams = teams_ && threads > 1 && !at::in_parallel_region();
+    for (size_t i = 0; i < code_.size();) {
+      if (teams && team_ends_[i] != 0) {
+        run_team(i, team_ends_[i], threads);
+        i = team_ends_[i];
       } else {
-        slots_[instruction.writes[0]] = *value(instruction, 0);
+        execute(code_[i++]);
       }
     }
     at::Tensor out = output_slot_ >= 0 ? slots_[output_slot_].toTensor() : output_.toTensor();
@@ -153,6 +196,80 @@ class StepProgram : public torch::CustomClassHolder {
   }
 
  private:
+  void execute(const Instruction& instruction) {
+    const size_t n = instruction.constants.size();
+    if (instruction.direct != nullptr) {
+      const c10::IValue* args[kMaxDirectArgs];
+      for (size_t i = 0; i < n; ++i) args[i] = value(instruction, i);
+      instruction.direct(args);
+    } else if (instruction.op.has_value()) {
+      stack_.clear();
+      for (size_t i = 0; i < n; ++i) stack_.push_back(*value(instruction, i));
+      instruction.op->callBoxed(stack_);
+      if (instruction.unpacks && !instruction.writes.empty()) {
+        const auto list = stack_.at(0).toList();
+        TORCH_CHECK(list.size() >= instruction.writes.size(), "an op returned fewer tensors than recorded");
+        for (size_t i = 0; i < instruction.writes.size(); ++i)
+          if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = list.get(i);
+      } else {
+        TORCH_CHECK(stack_.size() >= instruction.writes.size(), "an op returned fewer values than recorded");
+        for (size_t i = 0; i < instruction.writes.size(); ++i)
+          if (instruction.writes[i] >= 0) slots_[instruction.writes[i]] = std::move(stack_[i]);
+      }
+      stack_.clear();
+    } else if (instruction.list == ListKind::kTensors) {
+      c10::List<at::Tensor> list;
+      for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toTensor());
+      slots_[instruction.writes[0]] = c10::IValue(list);
+    } else if (instruction.list == ListKind::kOptionalTensors) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (size_t i = 0; i < n; ++i) list.push_back(value(instruction, i)->toOptional<at::Tensor>());
+      slots_[instruction.writes[0]] = c10::IValue(list);
+    } else {
+      slots_[instruction.writes[0]] = *value(instruction, 0);
+    }
+  }
+
+  // team_ends_[i]: where the team stretch starting at call i ends, 0 where none starts there.
+  void plan_teams() {
+    if (team_ends_.size() == code_.size()) return;
+    team_ends_.assign(code_.size(), 0);
+    for (size_t i = 0; i < code_.size();) {
+      size_t end = i, shared = 0;
+      while (end < code_.size() && code_[end].direct != nullptr) shared += code_[end++].team != nullptr;
+      if (shared >= 2) team_ends_[i] = end;
+      i = end > i ? end : i + 1;
+    }
+  }
+
+  // Calls [begin, end) in one parallel region of `threads`, a barrier after each. A call that throws on any
+  // thread skips the rest of the stretch on all of them (they still meet at every barrier), and the first error
+  // is raised after the region.
+  void run_team(size_t begin, size_t end, int threads) {
+    SpinBarrier barrier;
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+    {
+      const Team team{omp_get_thread_num(), omp_get_num_threads()};
+      for (size_t i = begin; i < end; ++i) {
+        const Instruction& instruction = code_[i];
+        if (!failed.load(std::memory_order_relaxed)) {
+          try {
+            const c10::IValue* args[kMaxDirectArgs];
+            for (size_t j = 0; j < instruction.constants.size(); ++j) args[j] = value(instruction, j);
+            if (instruction.team != nullptr) instruction.team(args, team);
+            else if (team.thread == 0) instruction.direct(args);
+          } catch (...) {
+            if (!failed.exchange(true)) error = std::current_exception();
+          }
+        }
+        if (i + 1 < end) barrier.wait(team.threads);
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
   const c10::IValue* value(const Instruction& instruction, size_t i) const {
     const int64_t slot = instruction.reads[i];
     return slot < 0 ? &instruction.constants[i] : &slots_[slot];
@@ -182,6 +299,8 @@ class StepProgram : public torch::CustomClassHolder {
 
   std::vector<c10::IValue> slots_;
   std::vector<Instruction> code_;
+  std::vector<size_t> team_ends_;
+  bool teams_ = true;
   std::vector<c10::IValue> stack_;
   c10::IValue output_;
   int64_t output_slot_ = -1;
@@ -199,5 +318,7 @@ TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
       .def("set_output", &frame_cpu::StepProgram::set_output)
       .def("num_direct", &frame_cpu::StepProgram::num_direct)
       .def("num_calls", &frame_cpu::StepProgram::num_calls)
+      .def("set_teams", &frame_cpu::StepProgram::set_teams)
+      .def("num_teams", &frame_cpu::StepProgram::num_teams)
       .def("run", &frame_cpu::StepProgram::run);
 }
