@@ -11,6 +11,8 @@ samples split its wall time by shared object:
 
 - kernels: frame's native ops (``frame_cpu*.so``, the platform's and the attention backend's);
 - OpenMP wait: ``libgomp``, the calling thread waiting at the end of a parallel region for the other threads;
+- team barrier: the step program's spin barrier, where the threads of one team wait for each other between the
+  calls of a stretch it runs in one region (``csrc/step_program.cpp``);
 - outside: everything else (the TorchScript interpreter and dispatcher, Python, numpy, malloc, the kernel).
 
 It needs ``perf`` and ``/proc/sys/kernel/perf_event_paranoid`` at 2 or lower (or root). The other threads' samples
@@ -51,10 +53,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def classify(dso: str) -> str:
+def classify(dso: str, symbol: str = "") -> str:
     name = Path(dso.strip("()")).name
     if name.startswith("frame_") and name.endswith(".so"):
-        return "kernels"
+        return "team barrier" if "SpinBarrier" in symbol else "kernels"
     if name.startswith("libgomp") or name.startswith("libiomp"):
         return "OpenMP wait"
     return "outside"
@@ -90,7 +92,7 @@ def main() -> int:
                 console.print(f"[red]perf record failed[/red]: {record.stderr.strip().splitlines()[-1:]}; "
                               "perf_event_paranoid must be 2 or lower (or run as root).")
                 return 1
-            script = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid,ip,dso"], capture_output=True,
+            script = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid,ip,sym,dso"], capture_output=True,
                                     text=True, check=True).stdout
     finally:
         child.kill()
@@ -99,9 +101,10 @@ def main() -> int:
         child.wait()
     by_thread: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for line in script.splitlines():
-        parts = line.split()  # tid, address, (shared object)
+        parts = line.split()  # tid, address, symbol (C++ names hold spaces), (shared object)
         if len(parts) >= 3 and parts[0].isdigit():
-            by_thread[int(parts[0])][parts[-1]] += 1
+            where = classify(parts[-1], " ".join(parts[2:-1]))
+            by_thread[int(parts[0])][parts[-1] if where != "team barrier" else "team barrier"] += 1
     main_thread = by_thread.get(child.pid)
     if not main_thread:
         console.print("[red]perf caught no samples of the engine's thread[/red]")
@@ -113,10 +116,11 @@ def main() -> int:
     total = sum(main_thread.values())
     groups: collections.Counter[str] = collections.Counter()
     for dso, n in main_thread.items():
-        groups[classify(dso)] += n
-    for group in ("kernels", "OpenMP wait", "outside"):
+        groups[classify(dso) if dso != "team barrier" else dso] += n
+    for group in ("kernels", "OpenMP wait", "team barrier", "outside"):
         table.add_row(f"{groups[group] / total:.1%}", group)
-    outside = sorted(((n, dso) for dso, n in main_thread.items() if classify(dso) == "outside"), reverse=True)
+    outside = sorted(((n, dso) for dso, n in main_thread.items()
+                      if dso != "team barrier" and classify(dso) == "outside"), reverse=True)
     for n, dso in outside[: args.top]:
         table.add_row(f"  {n / total:.1%}", f"  {Path(dso.strip('()')).name or 'no object (JIT code, vdso)'}")
     console.print(table)
@@ -124,8 +128,8 @@ def main() -> int:
         if tid == child.pid:
             continue
         n = sum(counts.values())
-        wait = sum(c for dso, c in counts.items() if classify(dso) == "OpenMP wait")
-        console.print(f"thread {tid}: {n} samples, {wait / n:.0%} in OpenMP's wait")
+        wait = sum(c for dso, c in counts.items() if dso == "team barrier" or classify(dso) == "OpenMP wait")
+        console.print(f"thread {tid}: {n} samples, {wait / n:.0%} in OpenMP's wait or the team barrier")
     if tpots:
         tpots.sort()
         console.print(f"time per output token over {len(tpots)} runs: median {tpots[len(tpots) // 2]:.2f} ms "

@@ -25,10 +25,12 @@ class RecordedStep:
     """A replay of the step ``fn`` that records it on its first call (returning that run's output) and from then
     on runs the recording; ``fn`` itself wherever the recording fails.
 
-    ``calls`` is the number of op calls recorded (None before the first call, 0 when the step runs eagerly)."""
+    ``calls`` is the number of op calls recorded (None before the first call, 0 when the step runs eagerly).
+    ``teams``: whether the native program runs stretches of the platform's calls as teams (``program.py``)."""
 
-    def __init__(self, fn: Callable[[], torch.Tensor]) -> None:
+    def __init__(self, fn: Callable[[], torch.Tensor], teams: bool = True) -> None:
         self.fn = fn
+        self.teams = teams
         self.calls: int | None = None
         self._run: Callable[[], torch.Tensor] | None = None
 
@@ -38,7 +40,7 @@ class RecordedStep:
         try:
             recording, out = record(self.fn)
             expected = out.clone()  # a planned replay writes its output where the recorded run left it
-            run = compile_replay(recording)
+            run = compile_replay(recording, teams=self.teams)
             # The same step once more, replayed (it rewrites the step's KV rows with the same values): a replay
             # that fails or differs from the run it repeats would be wrong on every later step, so it is not kept.
             try:

@@ -41,6 +41,10 @@ class CpuOptions(BaseModel):
         True, description="record each decode batch size's step once and replay it as a native program, without "
                     "Python per layer (also off with --enforce-eager / --no-cuda-graphs)"
     )
+    step_teams: bool = Field(
+        True, description="run each stretch of the platform's own calls in a replayed decode step in one parallel "
+                    "region, the threads meeting at spin barriers (off: every kernel opens its own OpenMP region)"
+    )
     huge_pages: bool = Field(
         True, description="put the packed weights and the KV pool on transparent huge pages where Linux offers "
                     "them (a decode step streams both; 4 KiB pages cost it TLB walks)"
@@ -222,7 +226,7 @@ class CpuPlatform(Platform):
     def capture_graph(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
         """A recording of the decode step ``fn`` replayed as a native program (``graphs.py``), made on
         the replay's first call; None with ``decode_graphs=false``."""
-        return RecordedStep(fn) if self.options.decode_graphs else None
+        return RecordedStep(fn, teams=self.options.step_teams) if self.options.decode_graphs else None
 
     def place_kv_pool(self, pool: torch.Tensor) -> None:
         """Ask Linux for transparent huge pages under the pool (``huge_pages.py``), unless ``huge_pages=false``."""

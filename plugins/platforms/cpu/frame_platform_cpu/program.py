@@ -11,6 +11,10 @@ TorchScript replay reads the list it is given); the tensors a call makes live in
 binding rules are the TorchScript replay's, one function for both (:func:`~frame_platform_cpu.record.binding`): an
 op that returned its input is left out, ``detach`` is a copy of the handle, a view is one ``as_strided`` of its
 root where a non-view reads it.
+
+A stretch of direct calls with two or more team forms among them (a layer's linears, norms and rotary between two
+attention calls) runs in one parallel region, the threads meeting at a spin barrier after each call, rather than
+each kernel opening its own (``teams``, the platform's ``step_teams`` option).
 """
 
 from __future__ import annotations
@@ -93,8 +97,10 @@ class _Builder:
         self.call(call.op, _positional(call, call.args, call.kwargs), writes)
 
 
-def build_program(recording: Recording) -> Any:
-    """A ``frame_cpu.StepProgram`` that runs ``recording``; :class:`NotRecordable` where one cannot express it."""
+def build_program(recording: Recording, teams: bool = True) -> Any:
+    """A ``frame_cpu.StepProgram`` that runs ``recording``; :class:`NotRecordable` where one cannot express it.
+    ``teams``: run each stretch of direct calls holding two or more team forms in one parallel region, the threads
+    meeting at a spin barrier after each call (``csrc/step_program.cpp``); off, each kernel opens its own."""
     if recording.output is None:
         raise NotRecordable("the step has no output")
     kernels.load()
@@ -103,4 +109,5 @@ def build_program(recording: Recording) -> Any:
         builder.bind(call, needed)
     value, slot = builder.operand(recording.output)
     builder.program.set_output(value, slot)
+    builder.program.set_teams(teams)
     return builder.program

@@ -163,13 +163,14 @@ def _script_list(tensors: list[torch.Tensor]) -> Any:
         return tensors
 
 
-def compile_replay(recording: Recording) -> Callable[[], torch.Tensor]:
+def compile_replay(recording: Recording, teams: bool = True) -> Callable[[], torch.Tensor]:
     """A function running ``recording`` again over its external tensors as they are at each call (its
     intermediates planned into fixed buffers where :func:`~frame_platform_cpu.plan.plan` can): the native
-    program (:mod:`~frame_platform_cpu.program`), or TorchScript where the program cannot express a call."""
+    program (:mod:`~frame_platform_cpu.program`; ``teams``: :func:`~frame_platform_cpu.program.build_program`'s), or
+    TorchScript where the program cannot express a call."""
     recording = plan(recording)
     try:
-        return build_program(recording).run
+        return build_program(recording, teams=teams).run
     except NotRecordable as e:
         log.info("a decode step replays through TorchScript: %s", e)
     return compile_script(recording)

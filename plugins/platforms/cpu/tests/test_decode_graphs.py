@@ -280,7 +280,7 @@ def test_a_replay_that_differs_from_its_recorded_run_or_fails_is_not_kept(monkey
     import frame_platform_cpu.graphs as graphs
 
     x = torch.ones(3)
-    monkeypatch.setattr(graphs, "compile_replay", lambda recording: replay)  # a wrong replay, as a bug would make
+    monkeypatch.setattr(graphs, "compile_replay", lambda recording, teams=True: replay)  # a wrong replay, as a bug would make
     step = RecordedStep(lambda: x * 2.0)
     for value in (1.0, 5.0):
         x.fill_(value)
@@ -353,7 +353,7 @@ def test_a_call_that_fails_inside_a_team_raises_after_it(teams: bool) -> None:
         program.call("frame_cpu::packed_linear_into", "", [x, weight, None, 64, out], [-1] * 5, [])
     program.set_output(y, -1)
     program.set_teams(teams)
-    assert program.num_teams() == 1
+    assert program.num_teams() == (1 if teams else 0)
     with pytest.raises(RuntimeError, match="out must be a contiguous"):
         program.run()
     program = torch.classes.frame_cpu.StepProgram(0)  # and a good program runs after it
@@ -361,3 +361,10 @@ def test_a_call_that_fails_inside_a_team_raises_after_it(teams: bool) -> None:
         program.call("frame_cpu::packed_linear_into", "", [x, weight, None, 64, y], [-1] * 5, [])
     program.set_output(y, -1)
     assert torch.equal(program.run(), torch.ops.frame_cpu.packed_linear(x, weight, None, 64))
+
+
+def test_the_step_teams_option_turns_the_teams_off() -> None:
+    _, _, recording = _recorded_block(torch.float32, 2)
+    assert build_program(planning.plan(recording), teams=False).num_teams() == 0
+    assert CpuPlatform(CpuOptions(step_teams=False)).capture_graph(lambda: torch.zeros(1)).teams is False
+    assert CpuPlatform().capture_graph(lambda: torch.zeros(1)).teams is True

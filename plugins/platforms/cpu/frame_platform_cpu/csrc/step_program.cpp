@@ -61,7 +61,8 @@ struct SpinBarrier {
   alignas(64) std::atomic<int> arrived{0};
   alignas(64) std::atomic<int> generation{0};
 
-  void wait(int threads) {
+  // Not inlined, so that a profile tells the time threads wait here from the kernels' (kernel_share.py).
+  __attribute__((noinline)) void wait(int threads) {
     const int seen = generation.load(std::memory_order_acquire);
     if (arrived.fetch_add(1, std::memory_order_acq_rel) == threads - 1) {
       arrived.store(0, std::memory_order_relaxed);
@@ -168,8 +169,9 @@ class StepProgram : public torch::CustomClassHolder {
   // Whether stretches of direct calls run as teams (true at first); off, every call opens its own regions.
   void set_teams(bool on) { teams_ = on; }
 
-  // How many stretches run as teams.
+  // How many stretches run as teams (0 with teams off).
   int64_t num_teams() {
+    if (!teams_) return 0;
     plan_teams();
     int64_t n = 0;
     for (const size_t end : team_ends_) n += end != 0;
