@@ -280,7 +280,8 @@ def test_a_replay_that_differs_from_its_recorded_run_or_fails_is_not_kept(monkey
     import frame_platform_cpu.graphs as graphs
 
     x = torch.ones(3)
-    monkeypatch.setattr(graphs, "compile_replay", lambda recording, teams=True: replay)  # a wrong replay, as a bug would make
+    # A wrong replay, as a bug would make.
+    monkeypatch.setattr(graphs, "compile_replay", lambda recording, teams=True: replay)
     step = RecordedStep(lambda: x * 2.0)
     for value in (1.0, 5.0):
         x.fill_(value)
