@@ -53,7 +53,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def classify(dso: str, symbol: str = "") -> str:
+def classify(dso: str, symbol: str) -> str:
     name = Path(dso.strip("()")).name
     if name.startswith("frame_") and name.endswith(".so"):
         return "team barrier" if "SpinBarrier" in symbol else "kernels"
@@ -99,12 +99,12 @@ def main() -> int:
         tpots = [float(line.split()[1]) for line in child.stdout.read().splitlines() if line.startswith("TPOT")] \
             if child.stdout else []
         child.wait()
-    by_thread: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    # Per thread, samples by (group, shared object).
+    by_thread: dict[int, collections.Counter[tuple[str, str]]] = collections.defaultdict(collections.Counter)
     for line in script.splitlines():
         parts = line.split()  # tid, address, symbol (C++ names hold spaces), (shared object)
         if len(parts) >= 3 and parts[0].isdigit():
-            where = classify(parts[-1], " ".join(parts[2:-1]))
-            by_thread[int(parts[0])][parts[-1] if where != "team barrier" else "team barrier"] += 1
+            by_thread[int(parts[0])][classify(parts[-1], " ".join(parts[2:-1])), parts[-1]] += 1
     main_thread = by_thread.get(child.pid)
     if not main_thread:
         console.print("[red]perf caught no samples of the engine's thread[/red]")
@@ -115,12 +115,11 @@ def main() -> int:
         table.add_column(column)
     total = sum(main_thread.values())
     groups: collections.Counter[str] = collections.Counter()
-    for dso, n in main_thread.items():
-        groups[classify(dso) if dso != "team barrier" else dso] += n
+    for (group, _), n in main_thread.items():
+        groups[group] += n
     for group in ("kernels", "OpenMP wait", "team barrier", "outside"):
         table.add_row(f"{groups[group] / total:.1%}", group)
-    outside = sorted(((n, dso) for dso, n in main_thread.items()
-                      if dso != "team barrier" and classify(dso) == "outside"), reverse=True)
+    outside = sorted(((n, dso) for (group, dso), n in main_thread.items() if group == "outside"), reverse=True)
     for n, dso in outside[: args.top]:
         table.add_row(f"  {n / total:.1%}", f"  {Path(dso.strip('()')).name or 'no object (JIT code, vdso)'}")
     console.print(table)
@@ -128,7 +127,7 @@ def main() -> int:
         if tid == child.pid:
             continue
         n = sum(counts.values())
-        wait = sum(c for dso, c in counts.items() if dso == "team barrier" or classify(dso) == "OpenMP wait")
+        wait = sum(c for (group, _), c in counts.items() if group in ("OpenMP wait", "team barrier"))
         console.print(f"thread {tid}: {n} samples, {wait / n:.0%} in OpenMP's wait or the team barrier")
     if tpots:
         tpots.sort()

@@ -67,8 +67,8 @@ class DecodeGraphs:
         # streamed the weights through the caches (SmolLM2's single stream: run() outside its replay took 52 us a
         # token that way, 13 this way).
         self._host = None if self.device.type != "cpu" else tuple(
-            t.numpy() for t in (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.block_tables,
-                                self.greedy_ids))
+            t.numpy() for t in (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.block_tables))
+        self._host_greedy = self.greedy_ids.numpy() if self.device.type == "cpu" else None
         self._pad(0, rows)
         self.replays: dict[int, Replay] = {}
         for size in reversed(self.sizes):  # largest first, as CUDA graph memory pools prefer
@@ -120,7 +120,7 @@ class DecodeGraphs:
         size = self.bucket(n)
         assert size is not None, f"no recorded graph holds {n} decodes"
         if self._host is not None:
-            ids, pos, slot, lens, tables, _ = self._host
+            ids, pos, slot, lens, tables = self._host
             ids[:n] = input_ids
             pos[:n] += 1
             lens[:n] += 1
@@ -143,7 +143,7 @@ class DecodeGraphs:
         assert size is not None, f"no recorded graph holds {n} decodes"
         width = block_tables.shape[1]
         if self._host is not None:
-            ids, pos, slot, lens, tables, _ = self._host
+            ids, pos, slot, lens, tables = self._host
             ids[:n], pos[:n], slot[:n], lens[:n], tables[:n, :width] = (input_ids, positions, slots, seq_lens,
                                                                           block_tables)
         else:
@@ -162,6 +162,6 @@ class DecodeGraphs:
         copy), or None without a greedy kernel."""
         if self.greedy is None:
             return None
-        if self._host is not None:
-            return self._host[5][:n].copy()
+        if self._host_greedy is not None:
+            return self._host_greedy[:n].copy()
         return np.array(self.greedy_ids[:n].cpu())  # a copy: the next replay rewrites the buffer

@@ -124,7 +124,6 @@ class StepProgram : public torch::CustomClassHolder {
     instruction.reads = std::move(reads);
     instruction.writes = std::move(writes);
     code_.push_back(std::move(instruction));
-    team_ends_.clear();
   }
 
   // Append `slot[to] = slot[from]` (from -1: `value`).
