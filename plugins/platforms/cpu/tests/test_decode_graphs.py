@@ -333,13 +333,18 @@ def test_a_stretch_of_the_platforms_calls_runs_as_one_team_with_the_same_bits(ro
         recording, _ = record(lambda: chain(x, residual, cos, sin))
         program = build_program(planning.plan(recording))
         assert program.num_teams() == 1
+        assert program.num_bound() == 4  # the norm and the linears; the rotary reads a view the run makes
         for seed in (2, 3):
             refill(seed)
             expected = chain(x, residual, cos, sin)
             program.set_teams(True)
+            bound = program.run().clone()
+            program.set_bound(False)
             teamed = program.run().clone()
+            program.set_bound(True)
             program.set_teams(False)
-            assert torch.equal(teamed, expected) and torch.equal(program.run(), expected)
+            assert torch.equal(bound, expected) and torch.equal(teamed, expected)
+            assert torch.equal(program.run(), expected)
 
 
 @_NO_PACKED_BF16
@@ -355,6 +360,7 @@ def test_a_call_that_fails_inside_a_team_raises_after_it(teams: bool) -> None:
     program.set_output(y, -1)
     program.set_teams(teams)
     assert program.num_teams() == (1 if teams else 0)
+    assert program.num_bound() == (2 if teams else 0)  # the wrong call's checks refuse to bind it
     with pytest.raises(RuntimeError, match="out must be a contiguous"):
         program.run()
     program = torch.classes.frame_cpu.StepProgram(0)  # and a good program runs after it

@@ -287,3 +287,34 @@ def test_weight_only_int8_and_tiny_scales_decline() -> None:
     tiny = _int8(16, 32)
     tiny.tensors["scale"] = tiny.tensors["scale"] * 1e-4  # below float16's normal range
     assert quantized.int8_linear(tiny, None) is None
+
+
+@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [1, 3, 20])
+def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows: int) -> None:
+    # A step program's stretch of a repacked linear and a SwiGLU (their `_into` forms, which a planned replay calls)
+    # runs as one team: each thread quantizes x (a lone row for itself, more rows a share each into the team's
+    # scratch), then takes its groups. Bound from records, from the arguments each run, or each call with its own
+    # parallel region: the plain ops' bits every way.
+    kernels.load()
+    code = quantized.GGML_FORMATS[fmt]
+    qs, scales = quantized.repack_blocks(packed(fmt, 64, 64).tensors["blocks"], code)
+    gate_qs, gate_scales = quantized.repack_blocks(packed(fmt, 64, 64, seed=1).tensors["blocks"], code)
+    bias = torch.randn(64, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3)).bfloat16()
+    hidden, out = torch.empty(rows, 64, dtype=torch.bfloat16), torch.empty(rows, 32, dtype=torch.bfloat16)
+    linear = torch.ops.frame_cpu.ggml_linear_repacked(x, qs, scales, code, 64, bias)
+    expected = torch.ops.frame_cpu.ggml_swiglu_repacked(linear, gate_qs, gate_scales, code, 32, None)
+    program = torch.classes.frame_cpu.StepProgram(0)
+    program.call("frame_cpu::ggml_linear_repacked_into", "", [x, qs, scales, code, 64, bias, hidden], [-1] * 7, [])
+    program.call("frame_cpu::ggml_swiglu_repacked_into", "", [hidden, gate_qs, gate_scales, code, 32, None, out],
+                 [-1] * 7, [])
+    program.set_output(out, -1)
+    assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)
+    assert program.num_bound() == 2 * program.num_teams()
+    for teams, bound in ((True, True), (True, False), (False, False)):
+        program.set_teams(teams)
+        program.set_bound(bound)
+        out.zero_()
+        assert torch.equal(program.run(), expected), (teams, bound)

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -27,16 +28,29 @@ struct RegisterDirect {
 // A tensor argument the op writes into (a `Tensor(a!)`): the program's handle, whose data the op changes.
 inline at::Tensor& written(const c10::IValue* value) { return const_cast<at::Tensor&>(value->toTensor()); }
 
+// The barrier and scratch of the team running a stretch (step_program.cpp).
+struct TeamShared;
+
 // The threads of one parallel region that runs a stretch of a step program's direct calls (step_program.cpp):
-// this thread's number and how many there are.
+// this thread's number and how many there are. {0, 1}: a team of one (a call run whole on one thread).
 struct Team {
   int thread;
   int threads;
+  TeamShared* shared = nullptr;
 };
 
+// Waits for the team's other threads (returns at once in a team of one). A team op that calls it must call it as
+// many times on every thread, and raise on every thread or on none before it.
+void team_sync(const Team& team);
+
+// At least `bytes` of scratch that the team's threads share for the current call (64-byte aligned): every thread
+// asks for the same size, and it syncs. A team of one gets its thread's own buffer.
+void* team_scratch(const Team& team, size_t bytes);
+
 // An op's share of the work for one thread of a team, which every thread of the team calls with the same
-// arguments; the program puts a barrier after it. It must not make or drop a tensor handle (a reference count
-// shared by the threads) or call at::parallel_for, and it takes its inputs contiguous.
+// arguments; the program puts a barrier after it (an op with phases, such as quantizing x before the product,
+// meets the others in between with team_sync). It must not make or drop a tensor handle (a reference count shared
+// by the threads) or call at::parallel_for, and it takes its inputs contiguous.
 using TeamOp = void (*)(const c10::IValue* const* args, const Team& team);
 
 // "frame_cpu::<name>" -> its team form; filled by RegisterTeam at load. A direct op without one runs on the team's
@@ -45,6 +59,41 @@ std::unordered_map<std::string, TeamOp>& team_ops();
 
 struct RegisterTeam {
   RegisterTeam(const char* name, TeamOp op) { team_ops().emplace(name, op); }
+};
+
+// A direct call whose operands were checked and resolved once, when the program planned its teams: pointers and
+// sizes in one small record. A team's call then reads its record, one line or two in a row of them, where the
+// direct form walks each tensor argument (the IValue, the TensorImpl, its storage), every step a chain of cache
+// misses once the weights have streamed through. A record holds no tensor handle: it stays valid while the program
+// holds its constants and their storage stays where it is (weights, the KV pool, the planned buffers).
+struct BoundCall {
+  static constexpr size_t kStateBytes = 176;
+
+  // Runs this thread's share (`shared`), or the whole call when the team is {0, 1}.
+  void (*run)(const BoundCall& call, const Team& team) = nullptr;
+  bool shared = false;  // every thread of a team takes a share; otherwise the first thread runs it whole
+  alignas(8) unsigned char state[kStateBytes];
+
+  template <class T>
+  T& as() {
+    static_assert(sizeof(T) <= kStateBytes && std::is_trivially_copyable_v<T>, "a bound call's record is plain data");
+    return *reinterpret_cast<T*>(state);
+  }
+  template <class T>
+  const T& as() const {
+    return const_cast<BoundCall*>(this)->as<T>();
+  }
+};
+
+// Checks the arguments (all constants, in schema order) and fills `call`; false (or an error) where these operands
+// cannot be bound, and the program calls the direct or team form each run instead.
+using BindOp = bool (*)(const c10::IValue* const* args, BoundCall& call);
+
+// "frame_cpu::<name>" -> its binder; filled by RegisterBind at load.
+std::unordered_map<std::string, BindOp>& bind_ops();
+
+struct RegisterBind {
+  RegisterBind(const char* name, BindOp op) { bind_ops().emplace(name, op); }
 };
 
 // [begin, end) of `n` items for this thread: contiguous, as even as they divide.

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "bfloat16_bits.h"
+#include "direct_ops.h"
 #include "ggml_blocks.h"
 #include "linear_bias.h"
 #include "swiglu.h"
@@ -50,10 +51,18 @@ using namespace ggml_blocks;
 
 // x's rows quantized per block: q [m][k] int8, d and s [m][k / 32] float32, sum [m][k / 32] (sum of q, which the
 // VNNI path's offset weights need as an integer).
+struct QuantizedView {
+  const int8_t* q;
+  const float *d, *s;
+  const int32_t* sum;
+};
+
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d, s;
   std::vector<int32_t> sum;
+
+  operator QuantizedView() const { return {q.data(), d.data(), s.data(), sum.data()}; }
 };
 
 // llama.cpp keeps a block's d_x as float16, and q8_1's s_x (the weight with a min: q4_1, q5_1) as the float16 of
@@ -112,45 +121,48 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 }
 #endif
 
+// Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized into q [k], d, s and sum [k / 32].
 // `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++. `q8_1`:
 // s_x as llama.cpp's q8_1 (the format has a min), else as its q8_0.
+void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool simd, bool q8_1, int8_t* q, float* d,
+                    float* s, int32_t* sum) {
+  const float* xf = is_float ? static_cast<const float*>(x) + r * k : nullptr;
+  const c10::BFloat16* xb = is_float ? nullptr : static_cast<const c10::BFloat16*>(x) + r * k;
+#if FRAME_GGML_VNNI
+  if (simd) {
+    if (is_float) quantize_row_avx512(xf, k, q8_1, q, d, s, sum);
+    else quantize_row_avx512(xb, k, q8_1, q, d, s, sum);
+    return;
+  }
+#endif
+  if (is_float) quantize_row(xf, k, q8_1, q, d, s, sum);
+  else quantize_row(xb, k, q8_1, q, d, s, sum);
+}
+
 QuantizedRows quantize_rows(const at::Tensor& x, bool simd, bool q8_1) {
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t nb = k / kBlock;
   QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb),
                     std::vector<int32_t>(m * nb)};
+  const bool is_float = x.scalar_type() == at::kFloat;
+  const void* data = x.data_ptr();
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int8_t* q = out.q.data() + r * k;
-      float* d = out.d.data() + r * nb;
-      float* s = out.s.data() + r * nb;
-      int32_t* sum = out.sum.data() + r * nb;
-#if FRAME_GGML_VNNI
-      if (simd) {
-        if (x.scalar_type() == at::kFloat) quantize_row_avx512(x.data_ptr<float>() + r * k, k, q8_1, q, d, s, sum);
-        else quantize_row_avx512(x.data_ptr<c10::BFloat16>() + r * k, k, q8_1, q, d, s, sum);
-        continue;
-      }
-#endif
-      if (x.scalar_type() == at::kFloat) {
-        quantize_row(x.data_ptr<float>() + r * k, k, q8_1, q, d, s, sum);
-      } else {
-        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, q8_1, q, d, s, sum);
-      }
-    }
+    for (int64_t r = begin; r < end; ++r)
+      quantize_x_row(data, is_float, r, k, simd, q8_1, out.q.data() + r * k, out.d.data() + r * nb,
+                     out.s.data() + r * nb, out.sum.data() + r * nb);
   });
   return out;
 }
 
 // One weight row against R rows of quantized x, plain C++.
-void row_portable(int64_t format, const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0, int rows,
+void row_portable(int64_t format, const uint8_t* w, int64_t nb, const QuantizedView& xq, int64_t r0, int rows,
                   int64_t k, float* dots) {
   const int64_t bb = block_bytes(format);
   const float offset = static_cast<float>(offset_of(format));
   for (int r = 0; r < rows; ++r) {
-    const int8_t* qx = xq.q.data() + (r0 + r) * k;
-    const float* dx = xq.d.data() + (r0 + r) * nb;
-    const float* sx = xq.s.data() + (r0 + r) * nb;
+    const int8_t* qx = xq.q + (r0 + r) * k;
+    const float* dx = xq.d + (r0 + r) * nb;
+    const float* sx = xq.s + (r0 + r) * nb;
     float total = 0.f;
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = w + b * bb;
@@ -187,7 +199,7 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 }
 
 template <int64_t Format, int R>
-void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0, int64_t k, float* dots) {
+void row_avx2(const uint8_t* w, int64_t nb, const QuantizedView& xq, int64_t r0, int64_t k, float* dots) {
   constexpr int64_t bb = block_bytes(Format);
   __m256 acc[R];
   float corr[R];
@@ -195,9 +207,9 @@ void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0,
     acc[r] = _mm256_setzero_ps();
     corr[r] = 0.f;
   }
-  const int8_t* qx = xq.q.data() + r0 * k;
-  const float* dx = xq.d.data() + r0 * nb;
-  const float* sx = xq.s.data() + r0 * nb;
+  const int8_t* qx = xq.q + r0 * k;
+  const float* dx = xq.d + r0 * nb;
+  const float* sx = xq.s + r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * bb;
     const float dw = half_at_f16c(blk);
@@ -218,7 +230,7 @@ void row_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0,
 }
 
 template <int64_t Format>
-void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedRows& xq, int64_t r0, int rows, int64_t k, float* dots) {
+void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedView& xq, int64_t r0, int rows, int64_t k, float* dots) {
   switch (rows) {
     case 1: row_avx2<Format, 1>(w, nb, xq, r0, k, dots); break;
     case 2: row_avx2<Format, 2>(w, nb, xq, r0, k, dots); break;
@@ -252,16 +264,16 @@ inline __m512i broadcast_quad(const int8_t* p) {
 
 // One group of 16 output rows against R rows of quantized x (rows r0.. of xq): acc[r] lane j = row j's dot.
 template <int64_t Format, int R>
-void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedRows& xq, int64_t r0,
+void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0,
                 int64_t k, __m512* acc) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const int8_t* qx = xq.q.data() + r0 * k;
-  const float* dx = xq.d.data() + r0 * nb;
-  const float* sx = xq.s.data() + r0 * nb;
-  const int32_t* sumx = xq.sum.data() + r0 * nb;
+  const int8_t* qx = xq.q + r0 * k;
+  const float* dx = xq.d + r0 * nb;
+  const float* sx = xq.s + r0 * nb;
+  const int32_t* sumx = xq.sum + r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = qs + b * qbytes;
     // The weight streams from memory once: asking for it 1 KB ahead into L1 took one row's step from 2.9 to 2.6
@@ -355,7 +367,7 @@ struct NextSet {
 
 template <int64_t Format, int G>
 void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                    int64_t nb, const QuantizedRows& xq, NextSet next, __m512* out) {
+                    int64_t nb, const QuantizedView& xq, NextSet next, __m512* out) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
@@ -366,10 +378,10 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
   const int64_t q_step = next.qs - qs - nb * qbytes, s_step = next.scales - scales - nb * sbytes;
   __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
-  const int8_t* qx = xq.q.data();
-  const float* xd = xq.d.data();
-  const float* xs = xq.s.data();
-  const int32_t* xsum = xq.sum.data();
+  const int8_t* qx = xq.q;
+  const float* xd = xq.d;
+  const float* xs = xq.s;
+  const int32_t* xsum = xq.sum;
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* xb = qx + b * kBlock;
     __m512i xq4[8];  // x's quads: inputs 4i..4i+3 (i < 4) and 16 + 4(i - 4).. (i >= 4), broadcast
@@ -409,7 +421,7 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
 // switch written for four sent counts 4-7 to the 8-group kernel when the constant was raised, reading past the range).
 template <int64_t Format, int G = 1>
 void group_set_any(int count, const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                   int64_t nb, const QuantizedRows& xq, NextSet next, __m512* out) {
+                   int64_t nb, const QuantizedView& xq, NextSet next, __m512* out) {
   if constexpr (G < kDecodeGroups) {
     if (count != G)
       return group_set_any<Format, G + 1>(count, qs, group_qbytes, scales, group_scales, nb, xq, next, out);
@@ -421,7 +433,7 @@ void group_set_any(int count, const uint8_t* qs, int64_t group_qbytes, const uin
 // store(sums, g, count): groups g.. of y.
 template <int64_t Format, typename Store>
 void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                     int64_t nb, const QuantizedRows& xq, int64_t g, int64_t end, Store&& store) {
+                     int64_t nb, const QuantizedView& xq, int64_t g, int64_t end, Store&& store) {
   __m512 acc[kDecodeGroups];
   while (g < end) {
     const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g));
@@ -439,7 +451,7 @@ void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sc
 // store(gate sums, up sums, p, count): y's columns 16 p.. from pairs p...
 template <int64_t Format, typename Store>
 void gated_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                     int64_t nb, const QuantizedRows& xq, int64_t half, int64_t p, int64_t end, Store&& store) {
+                     int64_t nb, const QuantizedView& xq, int64_t half, int64_t p, int64_t end, Store&& store) {
   __m512 gate[kDecodeGroups], up[kDecodeGroups];
   while (p < end) {
     const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - p));
@@ -456,7 +468,7 @@ void gated_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sc
 }
 
 template <int64_t Format>
-void groups_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedRows& xq, int64_t r0,
+void groups_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0,
                  int rows, int64_t k, __m512* acc) {
   switch (rows) {
     case 1: group_vnni<Format, 1>(qs, scales, nb, xq, r0, k, acc); break;
@@ -514,77 +526,57 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   return y;
 }
 
-// y = x W^T (+ b) over the repacked weight (the layout above): `qs` uint8 [groups, nb, quads, 16, 4], `scales`
-// float16 [groups, nb, 1 or 2, 16]; rows past out_features in the last group are padding and are not written.
-// `gated`: the weight is SwiGLU's [gate | up] (out_features = 2 * intermediate, intermediate a multiple of 16, x
-// bfloat16) and y = silu(gate) * up [rows, intermediate]: each pair of sums rounded to bfloat16 as the product's
-// output would be, then swiglu.h's activation, so y has the bits of this product followed by silu_and_mul, without
-// the twice-as-wide output and the second op.
-at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
-                            int64_t out_features, const c10::optional<at::Tensor>& bias, bool gated) {
-  TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
-  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
-              "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
-  const int64_t quads = format == kQ8_0 ? 8 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
-  const int64_t nscales = has_min(format) ? 2 : 1;
-  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
-                  qs.size(3) == 16 && qs.size(4) == 4,
-              "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.dim() == 4 &&
-                  scales.size(0) == qs.size(0) && scales.size(1) == qs.size(1) && scales.size(2) == nscales &&
-                  scales.size(3) == 16,
-              "scales must be contiguous float16 [groups, blocks, ", nscales, ", 16]");
-  const at::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), k = xc.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
-  TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
-  TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
-  TORCH_CHECK(!gated || (n % 32 == 0 && xc.scalar_type() == at::kBFloat16),
-              "ggml_swiglu_repacked takes bfloat16 x and an intermediate size that is a multiple of 16");
-  const float* bias_ptr = bias_data(bias, n);
-  const int64_t width = gated ? n / 2 : n, half = n / 32;  // half: the gate's groups
-  at::Tensor y = at::empty({m, width}, xc.options());
-  if (m == 0 || n == 0) return y;
 #if FRAME_GGML_VNNI
-  const QuantizedRows xq = quantize_rows(xc, true, has_min(format));
-  const uint8_t* qp = qs.data_ptr<uint8_t>();
-  const uint16_t* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
-  const int64_t group_qbytes = nb * quads * 64, group_scales = nb * nscales * 16;
-  const bool as_float = xc.scalar_type() == at::kFloat;
-  float* yf = as_float ? y.data_ptr<float>() : nullptr;
-  auto* yb = as_float ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
+// One product over a repacked weight, its operands checked and resolved to pointers (make_repacked): the form
+// every caller shares, from a plain call's parallel_for to a team's thread (and a step program's bound record,
+// direct_ops.h). Work is split by unit: a group of 16 outputs, or a gated product's pair of gate and up groups.
+struct Repacked {
+  const void* x;
+  const uint8_t* qs;
+  const uint16_t* scales;
+  const float* bias;
+  float* yf;     // float32 out (x float32)
+  uint16_t* yb;  // bfloat16 out
+  int64_t m, k, n, nb, width, half, groups, group_qbytes, group_scales, format;
+  bool gated, as_float;
+
+  int64_t units() const { return gated ? half : groups; }
+  bool q8_1() const { return has_min(format); }
+
   // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
-  auto store = [&](__m512 sums, int64_t row, int64_t c) {
+  void store(__m512 sums, int64_t row, int64_t c) const {
     const int lanes = static_cast<int>(std::min<int64_t>(16, n - c));
     const __mmask16 mask = lanes == 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-    const __m512 v = bias_ptr ? _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, bias_ptr + c)) : sums;
+    const __m512 v = bias ? _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, bias + c)) : sums;
     if (as_float) {
       _mm512_mask_storeu_ps(yf + row * n + c, mask, v);
     } else {  // rounded 16 lanes at a time (one by one, c10::BFloat16 took ~15% of a one-row step)
       _mm256_mask_storeu_epi16(yb + row * n + c, mask, frame_cpu::narrow16(v));
     }
-  };
+  }
+
   // Row `row` of y, columns c..c+15: silu(gate) * up of the gate group's and the up group's sums.
-  auto store_gated = [&](__m512 gate, __m512 up, int64_t row, int64_t c) {
-    if (bias_ptr) {
-      gate = _mm512_add_ps(gate, _mm512_loadu_ps(bias_ptr + c));
-      up = _mm512_add_ps(up, _mm512_loadu_ps(bias_ptr + width + c));
+  void store_gated(__m512 gate, __m512 up, int64_t row, int64_t c) const {
+    if (bias) {
+      gate = _mm512_add_ps(gate, _mm512_loadu_ps(bias + c));
+      up = _mm512_add_ps(up, _mm512_loadu_ps(bias + width + c));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + row * width + c),
                         frame_cpu::swiglu16(frame_cpu::round_to_bf16(gate), frame_cpu::round_to_bf16(up)));
-  };
-  // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row. A gated
-  // product splits its pairs of groups (gate, up) instead.
-  at::parallel_for(0, gated ? half : groups, 1, [&](int64_t begin, int64_t end) {
+  }
+
+  // Units [begin, end) of y from x quantized as `xq`.
+  void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
     if (m == 1) {  // a decode row: its groups kDecodeGroups at a time
       with_format(format, [&](auto f) {
         constexpr int64_t F = decltype(f)::value;
         if (gated) {
-          gated_sets_vnni<F>(qp, group_qbytes, sp, group_scales, nb, xq, half, begin, end,
+          gated_sets_vnni<F>(qs, group_qbytes, scales, group_scales, nb, xq, half, begin, end,
                              [&](const __m512* gate, const __m512* up, int64_t p, int count) {
                                for (int i = 0; i < count; ++i) store_gated(gate[i], up[i], 0, (p + i) * 16);
                              });
         } else {
-          group_sets_vnni<F>(qp, group_qbytes, sp, group_scales, nb, xq, begin, end,
+          group_sets_vnni<F>(qs, group_qbytes, scales, group_scales, nb, xq, begin, end,
                              [&](const __m512* sums, int64_t g, int count) {
                                for (int i = 0; i < count; ++i) store(sums[i], 0, (g + i) * 16);
                              });
@@ -599,9 +591,10 @@ at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at:
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
         with_format(format, [&](auto f) {
           constexpr int64_t F = decltype(f)::value;
-          groups_vnni<F>(qp + g * group_qbytes, sp + g * group_scales, nb, xq, r0, rows, k, acc);
+          groups_vnni<F>(qs + g * group_qbytes, scales + g * group_scales, nb, xq, r0, rows, k, acc);
           if (gated)
-            groups_vnni<F>(qp + (half + g) * group_qbytes, sp + (half + g) * group_scales, nb, xq, r0, rows, k, up);
+            groups_vnni<F>(qs + (half + g) * group_qbytes, scales + (half + g) * group_scales, nb, xq, r0, rows, k,
+                           up);
         });
         for (int r = 0; r < rows; ++r) {
           if (gated) store_gated(acc[r], up[r], r0 + r, g * 16);
@@ -609,7 +602,89 @@ at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at:
         }
       }
     }
-  });
+  }
+};
+#endif
+
+// Checks the operands (x contiguous, `y` [rows, out_features] of x's dtype, or [rows, out_features / 2] when
+// gated) and points a Repacked at them; see repacked_product. Only references are taken, no tensor handle.
+#if FRAME_GGML_VNNI
+Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                       int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
+  TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
+  const int64_t quads = format == kQ8_0 ? 8 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
+  const int64_t nscales = has_min(format) ? 2 : 1;
+  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
+                  qs.size(3) == 16 && qs.size(4) == 4,
+              "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.dim() == 4 &&
+                  scales.size(0) == qs.size(0) && scales.size(1) == qs.size(1) && scales.size(2) == nscales &&
+                  scales.size(3) == 16,
+              "scales must be contiguous float16 [groups, blocks, ", nscales, ", 16]");
+  const int64_t m = x.size(0), k = x.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
+  TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
+  TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
+  TORCH_CHECK(!gated || (n % 32 == 0 && x.scalar_type() == at::kBFloat16),
+              "ggml_swiglu_repacked takes bfloat16 x and an intermediate size that is a multiple of 16");
+  const float* bias_ptr = bias_data(bias, n);
+  const int64_t width = gated ? n / 2 : n;
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == m && y.size(1) == width && y.is_contiguous() &&
+                  y.scalar_type() == x.scalar_type(),
+              "out must be a contiguous [rows, out_features] tensor of x's dtype ([rows, intermediate] for SwiGLU)");
+  const bool as_float = x.scalar_type() == at::kFloat;
+  return Repacked{x.data_ptr(), qs.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>()),
+                  bias_ptr, as_float ? y.data_ptr<float>() : nullptr,
+                  as_float ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>()), m, k, n, nb, width,
+                  n / 32, groups, nb * quads * 64, nb * nscales * 16, format, gated, as_float};
+}
+
+// A team's share of `product`: its rows of x quantized into the team's scratch (a decode row by every thread
+// itself: a sync costs more than quantizing one row), then its units.
+void team_repacked(const Repacked& product, const frame_cpu::Team& team) {
+  if (product.m == 0 || product.n == 0) return;
+  const int64_t m = product.m, k = product.k, nb = product.nb;
+  const bool alone = m == 1;  // each thread quantizes the row for itself, in its own buffer
+  const frame_cpu::Team quantizer = alone ? frame_cpu::Team{0, 1} : team;
+  auto* scratch = static_cast<uint8_t*>(frame_cpu::team_scratch(quantizer, m * k + 3 * m * nb * 4 + 64));
+  int8_t* q = reinterpret_cast<int8_t*>(scratch);
+  float* d = reinterpret_cast<float*>(scratch + (m * k + 63) / 64 * 64);
+  float* s = d + m * nb;
+  int32_t* sum = reinterpret_cast<int32_t*>(s + m * nb);
+  const auto [first, last] = frame_cpu::share(m, quantizer);
+  for (int64_t r = first; r < last; ++r)
+    quantize_x_row(product.x, product.as_float, r, k, true, product.q8_1(), q + r * k, d + r * nb, s + r * nb,
+                   sum + r * nb);
+  frame_cpu::team_sync(quantizer);
+  const auto [begin, end] = frame_cpu::share(product.units(), team);
+  if (begin < end) product.run(begin, end, QuantizedView{q, d, s, sum});
+}
+#endif
+
+// y = x W^T (+ b) over the repacked weight (the layout above): `qs` uint8 [groups, nb, quads, 16, 4], `scales`
+// float16 [groups, nb, 1 or 2, 16]; rows past out_features in the last group are padding and are not written.
+// `gated`: the weight is SwiGLU's [gate | up] (out_features = 2 * intermediate, intermediate a multiple of 16, x
+// bfloat16) and y = silu(gate) * up [rows, intermediate]: each pair of sums rounded to bfloat16 as the product's
+// output would be, then swiglu.h's activation, so y has the bits of this product followed by silu_and_mul, without
+// the twice-as-wide output and the second op. `into`: the tensor to write y into (a recorded step's planned
+// buffer), else a new one.
+at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                            int64_t out_features, const c10::optional<at::Tensor>& bias, bool gated,
+                            const at::Tensor* into = nullptr) {
+#if FRAME_GGML_VNNI
+  TORCH_CHECK(x.dim() == 2, "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor y = into != nullptr ? *into
+                                       : at::empty({xc.size(0), gated ? out_features / 2 : out_features}, xc.options());
+  const Repacked product = make_repacked(xc, qs, scales, format, out_features, bias.has_value() ? &*bias : nullptr,
+                                         gated, y);
+  if (product.m == 0 || product.n == 0) return y;
+  const QuantizedRows xq = quantize_rows(xc, true, product.q8_1());
+  const QuantizedView view = xq;
+  // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row. A gated
+  // product splits its pairs of groups (gate, up) instead.
+  at::parallel_for(0, product.units(), 1, [&](int64_t begin, int64_t end) { product.run(begin, end, view); });
   return y;
 #else
   TORCH_CHECK(false, "ggml_linear_repacked needs AVX-512 VNNI and BW, which this build lacks");
@@ -626,6 +701,67 @@ at::Tensor ggml_swiglu_repacked(const at::Tensor& x, const at::Tensor& qs, const
                                 int64_t intermediate, const c10::optional<at::Tensor>& bias) {
   return repacked_product(x, qs, scales, format, 2 * intermediate, bias, true);
 }
+
+// The `_into` forms write into `out` (what the plain form would return): a replayed step's planned buffers.
+void ggml_linear_repacked_into(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                               int64_t out_features, const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+  repacked_product(x, qs, scales, format, out_features, bias, false, &out);
+}
+
+void ggml_swiglu_repacked_into(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
+                               int64_t intermediate, const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+  repacked_product(x, qs, scales, format, 2 * intermediate, bias, true, &out);
+}
+
+// Direct, team and bound forms (direct_ops.h) of the `_into` ops: arguments x, qs, scales, format, out_features
+// (intermediate when gated), bias, out.
+const frame_cpu::RegisterDirect direct_repacked("frame_cpu::ggml_linear_repacked_into",
+                                                [](const c10::IValue* const* a) {
+  ggml_linear_repacked_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(), a[4]->toInt(),
+                            a[5]->toOptional<at::Tensor>(), frame_cpu::written(a[6]));
+});
+const frame_cpu::RegisterDirect direct_swiglu_repacked("frame_cpu::ggml_swiglu_repacked_into",
+                                                       [](const c10::IValue* const* a) {
+  ggml_swiglu_repacked_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(), a[4]->toInt(),
+                            a[5]->toOptional<at::Tensor>(), frame_cpu::written(a[6]));
+});
+
+#if FRAME_GGML_VNNI
+Repacked repacked_of(const c10::IValue* const* a, bool gated) {
+  return make_repacked(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(),
+                       gated ? 2 * a[4]->toInt() : a[4]->toInt(), a[5]->isNone() ? nullptr : &a[5]->toTensor(), gated,
+                       a[6]->toTensor());
+}
+
+void team_repacked_call(const c10::IValue* const* a, const frame_cpu::Team& team, bool gated) {
+  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
+    if (team.thread == 0) repacked_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(),
+                                           gated ? 2 * a[4]->toInt() : a[4]->toInt(), a[5]->toOptional<at::Tensor>(),
+                                           gated, &a[6]->toTensor());
+    return;
+  }
+  team_repacked(repacked_of(a, gated), team);
+}
+
+bool bind_repacked(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool gated) {
+  if (!a[0]->toTensor().is_contiguous()) return false;
+  call.as<Repacked>() = repacked_of(a, gated);
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    team_repacked(bound.as<Repacked>(), team);
+  };
+  return true;
+}
+
+const frame_cpu::RegisterTeam team_linear_repacked("frame_cpu::ggml_linear_repacked_into",
+    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_repacked_call(a, team, false); });
+const frame_cpu::RegisterTeam team_swiglu_repacked("frame_cpu::ggml_swiglu_repacked_into",
+    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_repacked_call(a, team, true); });
+const frame_cpu::RegisterBind bind_linear_repacked("frame_cpu::ggml_linear_repacked_into",
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, false); });
+const frame_cpu::RegisterBind bind_swiglu_repacked("frame_cpu::ggml_swiglu_repacked_into",
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, true); });
+#endif
 
 // True when this build has the AVX-512 VNNI kernel (the CPU has it and the compiler emitted it).
 bool ggml_repacked_available() {
@@ -644,6 +780,10 @@ TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
         "Tensor");
   m.def("ggml_swiglu_repacked(Tensor x, Tensor qs, Tensor scales, int format, int intermediate, Tensor? bias) -> "
         "Tensor");
+  m.def("ggml_linear_repacked_into(Tensor x, Tensor qs, Tensor scales, int format, int out_features, Tensor? bias, "
+        "Tensor(a!) out) -> ()");
+  m.def("ggml_swiglu_repacked_into(Tensor x, Tensor qs, Tensor scales, int format, int intermediate, Tensor? bias, "
+        "Tensor(a!) out) -> ()");
   m.def("ggml_repacked_available() -> bool", &ggml_repacked_available);
 }
 
@@ -651,4 +791,6 @@ TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
   m.impl("ggml_linear", &ggml_linear);
   m.impl("ggml_linear_repacked", &ggml_linear_repacked);
   m.impl("ggml_swiglu_repacked", &ggml_swiglu_repacked);
+  m.impl("ggml_linear_repacked_into", &ggml_linear_repacked_into);
+  m.impl("ggml_swiglu_repacked_into", &ggml_swiglu_repacked_into);
 }

@@ -316,6 +316,28 @@ void team_product(const c10::IValue* const* a, const frame_cpu::Team& team, bool
   if (product.m > 0 && begin < end) product.run(begin, end);
 }
 
+// Bound forms (direct_ops.h): the checked Product, each thread running its share of the panels from it.
+bool bind_product(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool gated, bool float_out) {
+  if (!a[0]->toTensor().is_contiguous()) return false;
+  const int64_t n = gated ? 2 * a[3]->toInt() : a[3]->toInt();
+  call.as<Product>() = make_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->isNone() ? nullptr : &a[2]->toTensor(),
+                                    n, gated, float_out, a[4]->toTensor());
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    const Product& product = bound.as<Product>();
+    const auto [begin, end] = frame_cpu::share(product.panels, team);
+    if (product.m > 0 && begin < end) product.run(begin, end);
+  };
+  return true;
+}
+
+const frame_cpu::RegisterBind bind_linear("frame_cpu::packed_linear_into",
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, false); });
+const frame_cpu::RegisterBind bind_linear_float("frame_cpu::packed_linear_float_into",
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, true); });
+const frame_cpu::RegisterBind bind_swiglu("frame_cpu::packed_swiglu_into",
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, true, false); });
+
 const frame_cpu::RegisterTeam team_linear("frame_cpu::packed_linear_into",
     [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, false, false); });
 const frame_cpu::RegisterTeam team_linear_float("frame_cpu::packed_linear_float_into",

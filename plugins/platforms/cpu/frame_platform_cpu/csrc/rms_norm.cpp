@@ -117,6 +117,46 @@ const frame_cpu::RegisterDirect direct_add_rms_norm("frame_cpu::add_rms_norm_int
                     frame_cpu::written(a[5]));
 });
 
+// The bound form (direct_ops.h): the checked pointers, each thread of a team normalising its share of the rows.
+struct BoundNorm {
+  const uint16_t* x;
+  const uint16_t* residual;
+  const uint16_t* weight;
+  uint16_t* out;
+  uint16_t* summed;
+  int64_t rows, hidden;
+  float epsilon;
+};
+
+const frame_cpu::RegisterBind bind_add_rms_norm("frame_cpu::add_rms_norm_into",
+                                                [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
+  const at::Tensor &x = a[0]->toTensor(), &residual = a[1]->toTensor(), &weight = a[2]->toTensor();
+  const at::Tensor &out = a[4]->toTensor(), &summed = a[5]->toTensor();
+  if (!x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous()) return false;
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && residual.scalar_type() == at::kBFloat16 &&
+                  weight.scalar_type() == at::kBFloat16, "add_rms_norm takes bfloat16 tensors");
+  TORCH_CHECK(x.dim() == 2 && residual.sizes() == x.sizes() && weight.numel() == x.size(1),
+              "x and residual [rows, hidden], weight [hidden]");
+  for (const at::Tensor* t : {&out, &summed})
+    TORCH_CHECK(t->sizes() == x.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
+                "out and summed must be contiguous bfloat16 tensors of x's shape");
+  call.as<BoundNorm>() = BoundNorm{reinterpret_cast<const uint16_t*>(x.data_ptr<c10::BFloat16>()),
+                                   reinterpret_cast<const uint16_t*>(residual.data_ptr<c10::BFloat16>()),
+                                   reinterpret_cast<const uint16_t*>(weight.data_ptr<c10::BFloat16>()),
+                                   reinterpret_cast<uint16_t*>(out.data_ptr<c10::BFloat16>()),
+                                   reinterpret_cast<uint16_t*>(summed.data_ptr<c10::BFloat16>()),
+                                   x.size(0), x.size(1), static_cast<float>(a[3]->toDouble())};
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    const BoundNorm& n = bound.as<BoundNorm>();
+    const auto [begin, end] = frame_cpu::share(n.rows, team);
+    for (int64_t r = begin; r < end; ++r)
+      norm_row(n.x + r * n.hidden, n.residual + r * n.hidden, n.weight, n.summed + r * n.hidden, n.out + r * n.hidden,
+               n.hidden, n.epsilon);
+  };
+  return true;
+});
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {

@@ -163,6 +163,28 @@ const frame_cpu::RegisterTeam team_argmax("frame_cpu::row_argmax_into",
   argmax_rows(a[0]->toTensor(), a[1]->toTensor(), begin, end);
 });
 
+// The bound form (direct_ops.h): the checked pointers, each thread of a team taking its share of the rows.
+struct BoundArgmax {
+  const float* logits;
+  int64_t* out;
+  int64_t rows, stride, columns;
+};
+
+const frame_cpu::RegisterBind bind_argmax("frame_cpu::row_argmax_into",
+                                          [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
+  const at::Tensor &logits = a[0]->toTensor(), &out = a[1]->toTensor();
+  check_argmax(logits, out);
+  call.as<BoundArgmax>() = BoundArgmax{logits.data_ptr<float>(), out.data_ptr<int64_t>(), logits.size(0),
+                                       logits.stride(0), logits.size(1)};
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    const BoundArgmax& b = bound.as<BoundArgmax>();
+    const auto [begin, end] = frame_cpu::share(b.rows, team);
+    for (int64_t r = begin; r < end; ++r) b.out[r] = argmax_row(b.logits + r * b.stride, b.columns);
+  };
+  return true;
+});
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) { m.def("row_argmax_into(Tensor logits, Tensor(a!) out) -> ()"); }

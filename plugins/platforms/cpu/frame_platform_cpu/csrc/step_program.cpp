@@ -49,7 +49,10 @@ std::unordered_map<std::string, TeamOp>& team_ops() {
   return ops;
 }
 
-namespace {
+std::unordered_map<std::string, BindOp>& bind_ops() {
+  static std::unordered_map<std::string, BindOp> ops;
+  return ops;
+}
 
 constexpr size_t kMaxDirectArgs = 16;
 // Pauses before a waiting thread starts yielding its core (a few hundred microseconds): past that the other thread
@@ -81,12 +84,40 @@ struct SpinBarrier {
   }
 };
 
+struct TeamShared {
+  SpinBarrier barrier;
+  std::vector<uint8_t>* scratch;
+};
+
+void team_sync(const Team& team) {
+  if (team.shared != nullptr && team.threads > 1) team.shared->barrier.wait(team.threads);
+}
+
+void* team_scratch(const Team& team, size_t bytes) {
+  bytes += 64;
+  std::vector<uint8_t>* buffer = nullptr;
+  if (team.shared == nullptr) {
+    thread_local std::vector<uint8_t> own;
+    buffer = &own;
+    if (buffer->size() < bytes) buffer->resize(bytes);
+  } else {
+    buffer = team.shared->scratch;
+    if (team.thread == 0 && buffer->size() < bytes) buffer->resize(bytes);
+    team_sync(team);
+  }
+  const auto address = reinterpret_cast<uintptr_t>(buffer->data());
+  return reinterpret_cast<void*>((address + 63) & ~uintptr_t{63});
+}
+
+namespace {
+
 enum class ListKind { kNone, kTensors, kOptionalTensors };
 
 struct Instruction {
   std::optional<c10::OperatorHandle> op;  // empty: a copy of one value into a slot (a rename, `detach`)
   DirectOp direct = nullptr;
   TeamOp team = nullptr;                  // the direct op's share for one thread of a team (direct_ops.h)
+  BindOp bind = nullptr;                  // the direct op's binder, for a call inside a team stretch
   std::vector<c10::IValue> constants;     // per argument: its value, or None where it reads a slot
   std::vector<int64_t> reads;             // per argument: the slot it reads, or -1 for its constant
   std::vector<int64_t> writes;            // per returned value: the slot it fills, or -1 when dropped
@@ -117,6 +148,8 @@ class StepProgram : public torch::CustomClassHolder {
       instruction.direct = found->second;
       const auto team = team_ops().find(name);
       if (team != team_ops().end()) instruction.team = team->second;
+      const auto bind = bind_ops().find(name);
+      if (bind != bind_ops().end()) instruction.bind = bind->second;
     }
     const auto& returns = instruction.op->schema().returns();
     instruction.unpacks = returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType;
@@ -167,6 +200,19 @@ class StepProgram : public torch::CustomClassHolder {
 
   // Whether stretches of direct calls run as teams (true at first); off, every call opens its own regions.
   void set_teams(bool on) { teams_ = on; }
+
+  // Whether team stretches run their calls from records bound once (true at first); off, each call reads its
+  // arguments' tensors every run.
+  void set_bound(bool on) { bound_on_ = on; }
+
+  // How many calls of the team stretches run from bound records (0 with teams or binding off).
+  int64_t num_bound() {
+    if (!teams_ || !bound_on_) return 0;
+    plan_teams();
+    int64_t n = 0;
+    for (const char b : is_bound_) n += b;
+    return n;
+  }
 
   // How many stretches run as teams (0 with teams off).
   int64_t num_teams() {
@@ -231,15 +277,34 @@ class StepProgram : public torch::CustomClassHolder {
     }
   }
 
-  // team_ends_[i]: where the team stretch starting at call i ends, 0 where none starts there.
+  // team_ends_[i]: where the team stretch starting at call i ends, 0 where none starts there. Each call of a
+  // stretch whose op has a binder and whose arguments are all constants is bound here, once (is_bound_, bound_).
   void plan_teams() {
     if (team_ends_.size() == code_.size()) return;
     team_ends_.assign(code_.size(), 0);
+    is_bound_.assign(code_.size(), 0);
+    bound_.assign(code_.size(), BoundCall{});
     for (size_t i = 0; i < code_.size();) {
       size_t end = i, shared = 0;
       while (end < code_.size() && code_[end].direct != nullptr) shared += code_[end++].team != nullptr;
-      if (shared >= 2) team_ends_[i] = end;
+      if (shared >= 2) {
+        team_ends_[i] = end;
+        for (size_t j = i; j < end; ++j) is_bound_[j] = bind(code_[j], bound_[j]);
+      }
       i = end > i ? end : i + 1;
+    }
+  }
+
+  static bool bind(const Instruction& instruction, BoundCall& call) {
+    if (instruction.bind == nullptr) return false;
+    for (const int64_t slot : instruction.reads)
+      if (slot >= 0) return false;  // a tensor this run makes: its data moves from run to run
+    const c10::IValue* args[kMaxDirectArgs];
+    for (size_t i = 0; i < instruction.constants.size(); ++i) args[i] = &instruction.constants[i];
+    try {
+      return instruction.bind(args, call) && call.run != nullptr;
+    } catch (const std::exception&) {  // operands its checks refuse: the direct form raises the error at run
+      return false;
     }
   }
 
@@ -247,15 +312,20 @@ class StepProgram : public torch::CustomClassHolder {
   // thread skips the rest of the stretch on all of them (they still meet at every barrier), and the first error
   // is raised after the region.
   void run_team(size_t begin, size_t end, int threads) {
-    SpinBarrier barrier;
+    TeamShared shared{{}, &scratch_};
+    SpinBarrier& barrier = shared.barrier;
     std::atomic<bool> failed{false};
     std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
     {
-      const Team team{omp_get_thread_num(), omp_get_num_threads()};
+      const Team team{omp_get_thread_num(), omp_get_num_threads(), &shared};
       for (size_t i = begin; i < end; ++i) {
         const Instruction& instruction = code_[i];
-        if (!failed.load(std::memory_order_relaxed)) {
+        if (!failed.load(std::memory_order_relaxed) && bound_on_ && is_bound_[i]) {  // checked when bound: no throw
+          const BoundCall& call = bound_[i];
+          if (call.shared) call.run(call, team);
+          else if (team.thread == 0) call.run(call, Team{0, 1});
+        } else if (!failed.load(std::memory_order_relaxed)) {
           try {
             const c10::IValue* args[kMaxDirectArgs];
             for (size_t j = 0; j < instruction.constants.size(); ++j) args[j] = value(instruction, j);
@@ -301,7 +371,11 @@ class StepProgram : public torch::CustomClassHolder {
   std::vector<c10::IValue> slots_;
   std::vector<Instruction> code_;
   std::vector<size_t> team_ends_;
+  std::vector<char> is_bound_;
+  std::vector<BoundCall> bound_;
+  std::vector<uint8_t> scratch_;  // what team ops share within a call (team_scratch)
   bool teams_ = true;
+  bool bound_on_ = true;
   std::vector<c10::IValue> stack_;
   c10::IValue output_;
   int64_t output_slot_ = -1;
@@ -321,5 +395,7 @@ TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
       .def("num_calls", &frame_cpu::StepProgram::num_calls)
       .def("set_teams", &frame_cpu::StepProgram::set_teams)
       .def("num_teams", &frame_cpu::StepProgram::num_teams)
+      .def("set_bound", &frame_cpu::StepProgram::set_bound)
+      .def("num_bound", &frame_cpu::StepProgram::num_bound)
       .def("run", &frame_cpu::StepProgram::run);
 }
