@@ -146,3 +146,32 @@ def test_the_kernel_declines_other_inputs() -> None:
     assert kernel(torch.zeros(2, 256, dtype=torch.float64)) is None
     assert kquant.kquant_linear(GGMLWeight("q4_0", torch.zeros(16, 18, dtype=torch.uint8), 32), None) is None
 
+
+
+@pytest.mark.parametrize("rows", [1, 3, 20])
+def test_kquant_products_run_as_a_team_with_the_plain_ops_bits(rows: int) -> None:
+    # Two K-quant linears in a row (their `_into` form, which a planned replay calls) run in a step program as one
+    # team: each thread quantizes x (a lone row for itself, more rows a share each into the team's scratch), then
+    # takes its columns. Bound from records, from the arguments each run, or each call with its own parallel
+    # region: the plain op's bits every way, on every path this CPU runs.
+    kernels.load()
+    first = random_blocks("q4_k", 256, 256, 0).tensors["blocks"]
+    second = random_blocks("q6_k", 48, 256, 1).tensors["blocks"]
+    q4_k, q6_k = kquant.KQUANT_FORMATS["q4_k"], kquant.KQUANT_FORMATS["q6_k"]
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(3)).bfloat16()
+    for path in range(int(torch.ops.frame_cpu.kquant_best_path()) + 1):
+        hidden = torch.empty(rows, 256, dtype=torch.bfloat16)
+        out = torch.empty(rows, 48, dtype=torch.bfloat16)
+        step = torch.ops.frame_cpu.kquant_linear(x, first, q4_k, None, path)
+        expected = torch.ops.frame_cpu.kquant_linear(step, second, q6_k, bias, path)
+        program = torch.classes.frame_cpu.StepProgram(0)
+        program.call("frame_cpu::kquant_linear_into", "", [x, first, q4_k, None, path, hidden], [-1] * 6, [])
+        program.call("frame_cpu::kquant_linear_into", "", [hidden, second, q6_k, bias, path, out], [-1] * 6, [])
+        program.set_output(out, -1)
+        assert program.num_bound() == 2 * program.num_teams()
+        for teams, bound in ((True, True), (True, False), (False, False)):
+            program.set_teams(teams)
+            program.set_bound(bound)
+            out.zero_()
+            assert torch.equal(program.run(), expected), (path, teams, bound)

@@ -23,8 +23,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "linear_bias.h"
+#include "direct_ops.h"
 #include "kquant_blocks.h"
+#include "linear_bias.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__) && FRAME_KQUANT_AVX2
 #define FRAME_KQUANT_VNNI 1
@@ -37,10 +38,18 @@ constexpr int kRowTile = 4;   // rows of x per pass over a weight row (AVX2, por
 constexpr int kVnniTile = 8;  // the same with 32 (a super-block's unpacked u and scales stay in registers)
 
 // x's rows quantized per super-block: q [m][k] int8, d [m][k / 256] float32, sums [m][k / 16] int16.
+struct SuperView {
+  const int8_t* q;
+  const float* d;
+  const int16_t* sums;
+};
+
 struct SuperRows {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int16_t> sums;
+
+  operator SuperView() const { return {q.data(), d.data(), sums.data()}; }
 };
 
 template <typename T>
@@ -66,18 +75,20 @@ void quantize_row(const T* x, int64_t k, int8_t* q, float* d, int16_t* sums) {
   }
 }
 
+// Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized into q [k], d [k / 256], sums [k / 16].
+void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, int8_t* q, float* d, int16_t* sums) {
+  if (is_float) quantize_row(static_cast<const float*>(x) + r * k, k, q, d, sums);
+  else quantize_row(static_cast<const c10::BFloat16*>(x) + r * k, k, q, d, sums);
+}
+
 SuperRows quantize_rows(const at::Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1), nb = k / kSuper;
   SuperRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<int16_t>(m * k / 16)};
+  const bool is_float = x.scalar_type() == at::kFloat;
+  const void* data = x.data_ptr();
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      if (x.scalar_type() == at::kFloat)
-        quantize_row(x.data_ptr<float>() + r * k, k, out.q.data() + r * k, out.d.data() + r * nb,
-                     out.sums.data() + r * k / 16);
-      else
-        quantize_row(x.data_ptr<c10::BFloat16>() + r * k, k, out.q.data() + r * k, out.d.data() + r * nb,
-                     out.sums.data() + r * k / 16);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      quantize_x_row(data, is_float, r, k, out.q.data() + r * k, out.d.data() + r * nb, out.sums.data() + r * k / 16);
   });
   return out;
 }
@@ -92,7 +103,7 @@ constexpr bool exact_offset(int64_t format) { return mn_shift(format) > 0; }
 
 // One weight row against `rows` rows of x (from r0), plain C++.
 template <int64_t Format>
-void row_portable(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int rows, int64_t k, float* dots) {
+void row_portable(const uint8_t* w, int64_t nb, const SuperView& xq, int64_t r0, int rows, int64_t k, float* dots) {
   for (int r = 0; r < rows; ++r) dots[r] = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * block_bytes(Format);
@@ -101,8 +112,8 @@ void row_portable(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0,
     values_portable<Format>(blk, u);
     for (int r = 0; r < rows; ++r) {
       const int64_t row = r0 + r;
-      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
-      const int16_t* sums = xq.sums.data() + row * k / 16 + b * 16;
+      const int8_t* qx = xq.q + row * k + b * kSuper;
+      const int16_t* sums = xq.sums + row * k / 16 + b * 16;
       int32_t dot = 0, mins = 0;
       for (int c = 0; c < 16; ++c) {
         int32_t chunk = 0;
@@ -148,7 +159,7 @@ inline __m256i products(__m256i u, __m256i qx) {
 }
 
 template <int64_t Format, int R>
-void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
+void rows_avx2(const uint8_t* w, int64_t nb, const SuperView& xq, int64_t r0, int64_t k, float* dots) {
   __m256 acc[R];
   float exact[R];
   for (int r = 0; r < R; ++r) {
@@ -165,14 +176,14 @@ void rows_avx2(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
     const __m256i mn = mins16<Format>(h);
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r;
-      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
+      const int8_t* qx = xq.q + row * k + b * kSuper;
       __m256i dot = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * g));
         dot = _mm256_add_epi32(dot, _mm256_madd_epi16(products<Format>(u[g], x), pair_scales(sc, g)));
       }
-      const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
+      const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums + row * k / 16 + b * 16));
       const float dx = xq.d[row * nb + b];
       if constexpr (exact_offset(Format)) {  // as row_portable: one integer, then the floats
         exact[r] += dx * (h.d * static_cast<float>(hsum_epi32(_mm256_sub_epi32(dot, _mm256_madd_epi16(mn, sums)))));
@@ -231,7 +242,7 @@ inline __m512i products512(__m512i u, __m512i qx) {
 }
 
 template <int64_t Format, int R>
-void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int64_t k, float* dots) {
+void rows_vnni(const uint8_t* w, int64_t nb, const SuperView& xq, int64_t r0, int64_t k, float* dots) {
   __m512 acc[R];
   __m256 mins_acc[R];
   float exact[R];
@@ -253,21 +264,21 @@ void rows_vnni(const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, in
     const __m256i mn = mins16<Format>(h);
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r;
-      const int8_t* qx = xq.q.data() + row * k + b * kSuper;
+      const int8_t* qx = xq.q + row * k + b * kSuper;
       __m512i dot = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v)
         dot = _mm512_dpwssd_epi32(dot, products512<Format>(u[v], _mm512_loadu_si512(qx + 64 * v)), s[v]);
       const float dx = xq.d[row * nb + b];
       if constexpr (exact_offset(Format)) {  // as row_portable: one integer, then the floats
-        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
+        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums + row * k / 16 + b * 16));
         const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(dot), _mm512_extracti64x4_epi64(dot, 1));
         exact[r] += dx * (h.d * static_cast<float>(hsum_epi32(_mm256_sub_epi32(half, _mm256_madd_epi16(mn, sums)))));
         continue;
       }
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx * h.d), acc[r]);
       if constexpr (mn_shift(Format) < 0) {
-        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + row * k / 16 + b * 16));
+        const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums + row * k / 16 + b * 16));
         mins_acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn, sums)), _mm256_set1_ps(-dx * h.md),
                                       mins_acc[r]);
       }
@@ -290,7 +301,7 @@ int64_t kquant_best_path() {
 }
 
 template <int64_t Format>
-void tile(int64_t path, const uint8_t* w, int64_t nb, const SuperRows& xq, int64_t r0, int rows, int64_t k,
+void tile(int64_t path, const uint8_t* w, int64_t nb, const SuperView& xq, int64_t r0, int rows, int64_t k,
           float* dots) {
 #if FRAME_KQUANT_VNNI
   if (path == 2) {
@@ -319,52 +330,141 @@ void tile(int64_t path, const uint8_t* w, int64_t nb, const SuperRows& xq, int64
   row_portable<Format>(w, nb, xq, r0, rows, k, dots);
 }
 
-at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
-                         const c10::optional<at::Tensor>& bias, int64_t path) {
-  TORCH_CHECK(format >= 0 && format < kFormats, "kquant_linear takes q4_K, q6_K, q3_K, q2_K, q5_K or iq4_xs blocks");
-  TORCH_CHECK(path >= 0 && path <= kquant_best_path(), "kquant_linear path ", path, " is not built here (best: ",
-              kquant_best_path(), ")");
-  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
-              "kquant_linear takes float32 or bfloat16 x of shape [rows, in_features]");
-  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.stride(1) == 1,
-              "kquant_linear takes the weight's blocks as uint8 [out_features, row bytes], rows contiguous");
-  const at::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), k = xc.size(1), n = blocks.size(0), nb = k / kSuper;
-  TORCH_CHECK(k % kSuper == 0 && blocks.size(1) == nb * block_bytes(format),
-              "the blocks do not hold in_features = ", k, " inputs per row in this format");
-  const float* bias_ptr = bias_data(bias, n);
-  at::Tensor y = at::empty({m, n}, xc.options());
-  if (m == 0 || n == 0) return y;
-  const SuperRows xq = quantize_rows(xc);
-  const uint8_t* wp = blocks.data_ptr<uint8_t>();
-  const int64_t row_stride = blocks.stride(0);
-  const bool as_float = xc.scalar_type() == at::kFloat;
-  float* yf = as_float ? y.data_ptr<float>() : nullptr;
-  c10::BFloat16* yb = as_float ? nullptr : y.data_ptr<c10::BFloat16>();
-  at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+// One product over a weight's super-blocks, its operands checked and resolved to pointers (make_kquant): what a
+// plain call's parallel_for, a team's thread and a step program's bound record (direct_ops.h) all run, split by
+// output column.
+struct Kquant {
+  const void* x;
+  const uint8_t* weight;
+  const float* bias;
+  float* yf;             // float32 out (x float32)
+  c10::BFloat16* yb;     // bfloat16 out
+  int64_t m, k, n, nb, row_stride, format, path;
+  bool as_float;
+
+  // Output columns [begin, end) from x quantized as `xq`.
+  void run(int64_t begin, int64_t end, const SuperView& xq) const {
     float dots[kVnniTile];
     const int64_t row_tile = path == 2 ? kVnniTile : kRowTile;
     for (int64_t col = begin; col < end; ++col) {
-      const uint8_t* w = wp + col * row_stride;
+      const uint8_t* w = weight + col * row_stride;
       for (int64_t r0 = 0; r0 < m; r0 += row_tile) {
         const int rows = static_cast<int>(std::min<int64_t>(row_tile, m - r0));
         with_format(format, [&](auto f) { tile<decltype(f)::value>(path, w, nb, xq, r0, rows, k, dots); });
         for (int r = 0; r < rows; ++r) {
-          const float v = dots[r] + (bias_ptr ? bias_ptr[col] : 0.f);
+          const float v = dots[r] + (bias ? bias[col] : 0.f);
           if (as_float) yf[(r0 + r) * n + col] = v;
           else yb[(r0 + r) * n + col] = c10::BFloat16(v);
         }
       }
     }
-  });
+  }
+};
+
+// Checks the operands (x contiguous, `y` [rows, out_features] of x's dtype) and points a Kquant at them. Only
+// references are taken, no tensor handle.
+Kquant make_kquant(const at::Tensor& x, const at::Tensor& blocks, int64_t format, const at::Tensor* bias,
+                   int64_t path, const at::Tensor& y) {
+  TORCH_CHECK(format >= 0 && format < kFormats, "kquant_linear takes q4_K, q6_K, q3_K, q2_K, q5_K or iq4_xs blocks");
+  TORCH_CHECK(path >= 0 && path <= kquant_best_path(), "kquant_linear path ", path, " is not built here (best: ",
+              kquant_best_path(), ")");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "kquant_linear takes float32 or bfloat16 x of shape [rows, in_features]");
+  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.stride(1) == 1,
+              "kquant_linear takes the weight's blocks as uint8 [out_features, row bytes], rows contiguous");
+  const int64_t m = x.size(0), k = x.size(1), n = blocks.size(0), nb = k / kSuper;
+  TORCH_CHECK(k % kSuper == 0 && blocks.size(1) == nb * block_bytes(format),
+              "the blocks do not hold in_features = ", k, " inputs per row in this format");
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == m && y.size(1) == n && y.is_contiguous() && y.scalar_type() == x.scalar_type(),
+              "out must be a contiguous [rows, out_features] tensor of x's dtype");
+  const bool as_float = x.scalar_type() == at::kFloat;
+  return Kquant{x.data_ptr(), blocks.data_ptr<uint8_t>(), bias_data(bias, n),
+                as_float ? y.data_ptr<float>() : nullptr, as_float ? nullptr : y.data_ptr<c10::BFloat16>(),
+                m, k, n, nb, blocks.stride(0), format, path, as_float};
+}
+
+// A team's share of `product`: x quantized (a lone row by every thread for itself, more rows a share each into
+// the team's scratch), then its output columns.
+void team_kquant(const Kquant& product, const frame_cpu::Team& team) {
+  if (product.m == 0 || product.n == 0) return;
+  const int64_t m = product.m, k = product.k, nb = product.nb;
+  const frame_cpu::Team quantizer = m == 1 ? frame_cpu::Team{0, 1} : team;
+  auto* scratch = static_cast<uint8_t*>(frame_cpu::team_scratch(quantizer, m * k + m * nb * 4 + m * k / 16 * 2 + 128));
+  int8_t* q = reinterpret_cast<int8_t*>(scratch);
+  float* d = reinterpret_cast<float*>(scratch + (m * k + 63) / 64 * 64);
+  int16_t* sums = reinterpret_cast<int16_t*>(reinterpret_cast<uint8_t*>(d) + (m * nb * 4 + 63) / 64 * 64);
+  const auto [first, last] = frame_cpu::share(m, quantizer);
+  for (int64_t r = first; r < last; ++r)
+    quantize_x_row(product.x, product.as_float, r, k, q + r * k, d + r * nb, sums + r * k / 16);
+  frame_cpu::team_sync(quantizer);
+  const auto [begin, end] = frame_cpu::share(product.n, team);
+  if (begin < end) product.run(begin, end, SuperView{q, d, sums});
+}
+
+// `into`: the tensor to write y into (a recorded step's planned buffer), else a new one.
+at::Tensor kquant_product(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                          const c10::optional<at::Tensor>& bias, int64_t path, const at::Tensor* into = nullptr) {
+  TORCH_CHECK(x.dim() == 2, "kquant_linear takes float32 or bfloat16 x of shape [rows, in_features]");
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor y = into != nullptr ? *into : at::empty({xc.size(0), blocks.size(0)}, xc.options());
+  const Kquant product = make_kquant(xc, blocks, format, bias.has_value() ? &*bias : nullptr, path, y);
+  if (product.m == 0 || product.n == 0) return y;
+  const SuperRows xq = quantize_rows(xc);
+  const SuperView view = xq;
+  at::parallel_for(0, product.n, 8, [&](int64_t begin, int64_t end) { product.run(begin, end, view); });
   return y;
 }
+
+at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                         const c10::optional<at::Tensor>& bias, int64_t path) {
+  return kquant_product(x, blocks, format, bias, path);
+}
+
+// The `_into` form writes into `out` (what the plain form would return): a replayed step's planned buffer.
+void kquant_linear_into(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                        const c10::optional<at::Tensor>& bias, int64_t path, at::Tensor& out) {
+  kquant_product(x, blocks, format, bias, path, &out);
+}
+
+// Direct, team and bound forms (direct_ops.h) of kquant_linear_into: arguments x, blocks, format, bias, path, out.
+Kquant kquant_of(const c10::IValue* const* a) {
+  return make_kquant(a[0]->toTensor(), a[1]->toTensor(), a[2]->toInt(), a[3]->isNone() ? nullptr : &a[3]->toTensor(),
+                     a[4]->toInt(), a[5]->toTensor());
+}
+
+const frame_cpu::RegisterDirect direct_kquant("frame_cpu::kquant_linear_into", [](const c10::IValue* const* a) {
+  kquant_linear_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toInt(), a[3]->toOptional<at::Tensor>(), a[4]->toInt(),
+                     frame_cpu::written(a[5]));
+});
+
+const frame_cpu::RegisterTeam team_kquant_form("frame_cpu::kquant_linear_into",
+                                               [](const c10::IValue* const* a, const frame_cpu::Team& team) {
+  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
+    if (team.thread == 0) kquant_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toInt(),
+                                         a[3]->toOptional<at::Tensor>(), a[4]->toInt(), &a[5]->toTensor());
+    return;
+  }
+  team_kquant(kquant_of(a), team);
+});
+
+const frame_cpu::RegisterBind bind_kquant("frame_cpu::kquant_linear_into",
+                                          [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
+  if (!a[0]->toTensor().is_contiguous()) return false;
+  call.as<Kquant>() = kquant_of(a);
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) { team_kquant(bound.as<Kquant>(), team); };
+  return true;
+});
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("kquant_linear(Tensor x, Tensor blocks, int format, Tensor? bias, int path) -> Tensor");
+  m.def("kquant_linear_into(Tensor x, Tensor blocks, int format, Tensor? bias, int path, Tensor(a!) out) -> ()");
   m.def("kquant_best_path() -> int", &kquant_best_path);
 }
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("kquant_linear", &kquant_linear); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("kquant_linear", &kquant_linear);
+  m.impl("kquant_linear_into", &kquant_linear_into);
+}
