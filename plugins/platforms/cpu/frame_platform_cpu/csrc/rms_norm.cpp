@@ -67,20 +67,30 @@ void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t*
 }
 #endif
 
-// `into`: the (normed, summed) pair to write (add_rms_norm_into, a replayed step's planned buffers), else new ones.
-std::tuple<at::Tensor, at::Tensor> add_rms_norm_impl(const at::Tensor& x, const at::Tensor& residual,
-                                                     const at::Tensor& weight, double eps,
-                                                     const std::pair<at::Tensor, at::Tensor>* into) {
+// The checks of every form: bfloat16 x and residual [rows, hidden], weight [hidden].
+void check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && residual.scalar_type() == at::kBFloat16 &&
                   weight.scalar_type() == at::kBFloat16, "add_rms_norm takes bfloat16 tensors");
   TORCH_CHECK(x.dim() == 2 && residual.sizes() == x.sizes() && weight.numel() == x.size(1),
               "x and residual [rows, hidden], weight [hidden]");
+}
+
+// The checks of an `_into` form's outputs: contiguous bfloat16 tensors of x's shape.
+void check_outputs(const at::Tensor& x, const at::Tensor& out, const at::Tensor& summed) {
+  for (const at::Tensor* t : {&out, &summed})
+    TORCH_CHECK(t->sizes() == x.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
+                "out and summed must be contiguous bfloat16 tensors of x's shape");
+}
+
+// `into`: the (normed, summed) pair to write (add_rms_norm_into, a replayed step's planned buffers), else new ones.
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_impl(const at::Tensor& x, const at::Tensor& residual,
+                                                     const at::Tensor& weight, double eps,
+                                                     const std::pair<at::Tensor, at::Tensor>* into) {
+  check_inputs(x, residual, weight);
   const at::Tensor xc = x.contiguous(), rc = residual.contiguous(), wc = weight.contiguous();
   at::Tensor out, summed;
   if (into != nullptr) {
-    for (const at::Tensor* t : {&into->first, &into->second})
-      TORCH_CHECK(t->sizes() == xc.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
-                  "out and summed must be contiguous bfloat16 tensors of x's shape");
+    check_outputs(xc, into->first, into->second);
     out = into->first;
     summed = into->second;
   } else {
@@ -133,13 +143,8 @@ const frame_cpu::RegisterBind bind_add_rms_norm("frame_cpu::add_rms_norm_into",
   const at::Tensor &x = a[0]->toTensor(), &residual = a[1]->toTensor(), &weight = a[2]->toTensor();
   const at::Tensor &out = a[4]->toTensor(), &summed = a[5]->toTensor();
   if (!x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous()) return false;
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && residual.scalar_type() == at::kBFloat16 &&
-                  weight.scalar_type() == at::kBFloat16, "add_rms_norm takes bfloat16 tensors");
-  TORCH_CHECK(x.dim() == 2 && residual.sizes() == x.sizes() && weight.numel() == x.size(1),
-              "x and residual [rows, hidden], weight [hidden]");
-  for (const at::Tensor* t : {&out, &summed})
-    TORCH_CHECK(t->sizes() == x.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
-                "out and summed must be contiguous bfloat16 tensors of x's shape");
+  check_inputs(x, residual, weight);
+  check_outputs(x, out, summed);
   call.as<BoundNorm>() = BoundNorm{reinterpret_cast<const uint16_t*>(x.data_ptr<c10::BFloat16>()),
                                    reinterpret_cast<const uint16_t*>(residual.data_ptr<c10::BFloat16>()),
                                    reinterpret_cast<const uint16_t*>(weight.data_ptr<c10::BFloat16>()),
