@@ -101,6 +101,11 @@ class EngineConfig(BaseModel):
         True, description="replay recorded decode steps where the platform records graphs (CUDA graphs on cuda, "
         "a native program of the step's op calls on cpu) and the attention backend allows it; off: every step runs "
         "eagerly")
+    record_graphs_at_start: bool = Field(
+        False, description="record every decode bucket while the engine starts, as vLLM captures its CUDA graphs, "
+        "where the platform would record each on its first use instead (cpu: 35-100 ms a bucket up to 32 rows, "
+        "about 4 s for SmolLM2's 20 buckets up to 256); frame serve's default is on, so its first clients do not "
+        "pay the recordings (default elsewhere: off)")
     speculative_proposer: str | None = Field(
         None, description="speculative-decoding proposer plugin (ngram, draft, ...); default: no speculation")
     num_speculative_tokens: int = Field(3, ge=1, le=16, description="most draft tokens proposed per request and step")

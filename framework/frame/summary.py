@@ -73,7 +73,8 @@ def startup_summary(ready: Ready, config: EngineConfig, mode: str) -> str:
     if not config.cuda_graphs:
         graphs = "off (--enforce-eager / --no-cuda-graphs)"
     elif ready.decode_graphs:
-        graphs = f"on, {len(ready.decode_graphs)} batch sizes up to {max(ready.decode_graphs)}"
+        when = ", all recorded at start" if config.record_graphs_at_start else ""
+        graphs = f"on, {len(ready.decode_graphs)} batch sizes up to {max(ready.decode_graphs)}{when}"
     else:
         graphs = ("none recorded here (the platform's option, the attention backend or tensor parallelism); "
                   "decode steps run eagerly")

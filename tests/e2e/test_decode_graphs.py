@@ -12,6 +12,7 @@ torch.cuda.CUDAGraph) is checked by a gpu-marked test in that plugin and by scri
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gguf
@@ -19,9 +20,11 @@ import numpy as np
 import pytest
 import torch
 from frame import LLM, SamplingParams
+from frame.engine.core.loop import ready_message
 from frame.engine.worker.graphs import capture_sizes
 from frame.engine.worker.sampler import Sampler
 from frame.layers import VocabParallelEmbedding
+from frame.summary import startup_summary
 from frame.testing.ggml_blocks import random_blocks
 from frame.testing.gguf import write_text_model_keys, write_tiny_tokenizer
 from frame_platform_cpu.platform import CpuPlatform
@@ -93,6 +96,21 @@ def test_the_cpu_platforms_recorded_steps_give_the_eager_tokens(dtype: str, chat
     assert replays[8].calls > 300 and replays[1].calls > 300 and replays[2].calls is None
 
 
+def test_steps_recorded_at_start_over_the_padding_rows_give_the_eager_tokens(chat_prompts) -> None:
+    """``record_graphs_at_start`` (frame serve's default) records every bucket before any request, each row of it
+    decoding into the scratch block; replays with real rows must still give the eager step's tokens."""
+    prompts = [p[: 20 + 7 * i] for i, p in enumerate(chat_prompts[:3])]
+    args = dict(dtype="float32", attn="cpu_paged", max_model_len=256, max_num_seqs=4, quantization="none")
+    eager = greedy(LLM(**args, cuda_graphs=False), prompts, 8)
+    llm = LLM(**args, record_graphs_at_start=True)
+    replays = llm.engine.executor.worker.runner.graphs.replays
+    assert sorted(replays) == [1, 2, 4] and all(replays[size].calls > 300 for size in replays)
+    ready = ready_message(llm.engine, os.getpid())
+    assert "up to 4, all recorded at start" in startup_summary(ready, llm.config, "inproc")
+    assert greedy(llm, prompts, 8) == eager
+    assert greedy(llm, prompts[:1], 5) == [eager[0][:5]]
+
+
 def test_plain_greedy_steps_take_their_tokens_from_the_recorded_steps_argmax(monkeypatch: pytest.MonkeyPatch,
                                                                                chat_prompts) -> None:
     """The cpu platform's greedy kernel ends each recorded step; a replayed step whose rows are all plain greedy
@@ -139,11 +157,6 @@ def test_a_dropped_engine_frees_its_weights_and_kv_pool(chat_prompts) -> None:
 
 @pytest.mark.parametrize("recorded", [True, False])
 def test_the_startup_summary_says_whether_steps_are_recorded(recorded: bool) -> None:
-    import os
-
-    from frame.engine.core.loop import ready_message
-    from frame.summary import startup_summary
-
     llm = LLM(dtype="float32", max_model_len=256, max_num_seqs=2, quantization="none",
               platform_options={"decode_graphs": recorded})
     ready = ready_message(llm.engine, os.getpid())

@@ -147,9 +147,9 @@ DEFAULT_TOOL_PARSER = "hermes"
 
 
 def serve_config(args: argparse.Namespace) -> EngineConfig:
-    """The engine config of ``frame serve``: the flags and ``--config``, then the serving step budget where neither
-    set one."""
-    defaults: dict[str, object] = {"tool_parser": DEFAULT_TOOL_PARSER}
+    """The engine config of ``frame serve``: the flags and ``--config``, then the serving defaults where neither
+    sets them (the step budget, the tool parser, decode graphs recorded at start)."""
+    defaults: dict[str, object] = {"tool_parser": DEFAULT_TOOL_PARSER, "record_graphs_at_start": True}
     config = config_from_args(args, defaults)
     if "max_num_batched_tokens" not in config.model_fields_set and config.enable_chunked_prefill:
         config = config_from_args(args, {**defaults, "max_num_batched_tokens": SERVE_MAX_NUM_BATCHED_TOKENS})

@@ -23,6 +23,7 @@ import torch
 from frame.interfaces.attention import AttentionBackend
 from frame.interfaces.kv_layout import decode_metadata
 from frame.interfaces.model import CausalLM
+from frame.weights.progress import track_tensors
 
 log = logging.getLogger("frame.graphs")
 
@@ -78,6 +79,12 @@ class DecodeGraphs:
                 self.replays.clear()
                 return
             self.replays[size] = replay
+
+    def record_all(self) -> None:
+        """Replay every bucket once over the padded buffers (each row decodes into the scratch block): a platform
+        that records a bucket on its first replay (cpu) records them all now, so that no request pays for one."""
+        for size in track_tensors(self.sizes, len(self.sizes), "recording decode graphs"):
+            self.replays[size]()
 
     @property
     def enabled(self) -> bool:

@@ -10,6 +10,7 @@ receives; every rank samples the same tokens from the same gathered logits, and 
 from __future__ import annotations
 
 import logging
+import time
 
 import msgspec
 import torch
@@ -164,9 +165,18 @@ class Worker:
             platform = self.selection.platform
             recorded = self.runner.capture_graphs(platform.capture_graph, self.config.max_num_seqs,
                                                   platform.greedy_kernel())
-        if recorded:
-            log.info("recorded decode graphs for batch sizes %s", self.runner.graphs.sizes)  # type: ignore[union-attr]
-        return recorded
+        if not recorded:
+            return False
+        graphs = self.runner.graphs
+        assert graphs is not None
+        if self.config.record_graphs_at_start:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                graphs.record_all()
+            log.info("recorded decode graphs for batch sizes %s in %.1f s", graphs.sizes, time.perf_counter() - start)
+        else:
+            log.info("decode graphs for batch sizes %s, each recorded on its first use", graphs.sizes)
+        return True
 
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
         output = self.runner.execute(plan)

@@ -4,7 +4,9 @@
 graph seam (:mod:`frame.engine.worker.graphs`) with :class:`RecordedStep`. The runner asks for every bucket up to
 ``max_num_seqs`` at start; recording one costs a real step of that size, so each bucket records on its first use
 instead (the recording run is that step, with its real inputs, replayed once more to check the replay gives the
-same numbers), and buckets a server never sees cost nothing. A step that cannot be recorded, or whose replay fails
+same numbers), and buckets a server never sees cost nothing. ``frame serve`` records them all while it starts
+(``record_graphs_at_start``: the runner replays each bucket once over its padding rows), as vLLM captures its CUDA
+graphs, so its first clients do not pay 35-100 ms a bucket. A step that cannot be recorded, or whose replay fails
 or differs (:class:`~frame_platform_cpu.record.NotRecordable`), keeps running eagerly, logged once.
 """
 
