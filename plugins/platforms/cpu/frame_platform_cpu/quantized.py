@@ -1,9 +1,9 @@
 """Kernels for linear weights a quantization plugin keeps packed (``frame.interfaces.quantization.FORMATS``).
 
 ggml's q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl blocks run in ``csrc/ggml_linear.cpp`` against x quantized per
-block of 32 (as llama.cpp computes): on CPUs with AVX-512 VNNI repacked once at load for ``vpdpbusd`` (16 output
-rows a vector), elsewhere as the GGUF stores them with AVX2 integer dot products, or the same arithmetic in plain
-C++ on CPUs without AVX2. Each block's 32 integer products are summed exactly, so the only error against gguf's
+block of 32 (as llama.cpp computes), repacked once at load so that each vector holds many output rows (16 for AVX-512
+VNNI's ``vpdpbusd``, 8 for AVX2's ``vpmaddubsw``, ``csrc/ggml_repacked_avx2.h``), or as the GGUF stores them in
+plain C++ on CPUs without AVX2. Each block's 32 integer products are summed exactly, so the only error against gguf's
 dequantised weight is x's rounding to int8 per block and float32 sums. ``int8`` weights whose method allows dynamic
 activation scales (W8A8) run there too, as q8_0 blocks whose scale is the row's (in float16). The formats of
 256-value super-blocks (q4_K, q5_K, q6_K, q3_K, q2_K, iq4_xs) run on the file's own blocks in ``kquant``. Formats
@@ -34,12 +34,18 @@ def served_formats() -> tuple[str, ...]:
 
 
 def has_vnni() -> bool:
-    """True where ``ggml_linear_repacked`` runs: AVX-512 VNNI and BW."""
+    """True where ``ggml_linear_repacked`` runs with AVX-512 VNNI and BW (elsewhere with AVX2)."""
     return {"avx512_vnni", "avx512bw"} <= probe.cpu_flags()
 
 
+def has_repacked() -> bool:
+    """True where ``ggml_linear_repacked`` runs: AVX-512 VNNI or AVX2, in the kernels built here."""
+    kernels.load()
+    return bool(torch.ops.frame_cpu.ggml_repacked_available())
+
+
 def isa_path() -> str:
-    """Which code runs the ggml kernels here: ``avx512_vnni`` (repacked blocks), ``avx2`` or ``portable``."""
+    """Which code runs the ggml kernels here: ``avx512_vnni`` or ``avx2`` (both on repacked blocks) or ``portable``."""
     if has_vnni():
         return "avx512_vnni"
     return "avx2" if probe.has_avx2_fma() else "portable"
@@ -82,8 +88,8 @@ def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
                 vnni: bool | None = None) -> Kernel | None:
     """``F.linear(x, packed.dequantize(), bias)`` for 2-D float32 or bfloat16 x, up to x's per-block int8
     rounding; None for a format neither ``ggml_linear`` nor ``kquant`` reads. ``portable`` forces the plain C++
-    path, ``vnni`` False the AVX2 one (default: the AVX-512 VNNI kernel where the CPU has it, on repacked blocks of
-    32, else AVX2)."""
+    path, ``vnni`` False ggml's own layout read with AVX2 (default: the repacked blocks, AVX-512 VNNI or AVX2 as
+    the CPU has them; for K-quants ``vnni`` picks kquant's path)."""
     if packed.format in kquant.KQUANT_FORMATS:
         return kquant.kquant_linear(packed, bias, portable, vnni)
     fmt = GGML_FORMATS.get(packed.format)
@@ -127,7 +133,7 @@ def int8_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
 def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, portable: bool | None,
                   vnni: bool | None = None) -> Kernel:
     kernels.load()
-    if not portable and vnni is not False and has_vnni() and torch.ops.frame_cpu.ggml_repacked_available():
+    if not portable and vnni is not False and torch.ops.frame_cpu.ggml_repacked_available():
         return _repacked_linear(blocks, fmt, bias)
     op = torch.ops.frame_cpu.ggml_linear.default
     blocks = blocks.contiguous()
@@ -143,7 +149,7 @@ def _block_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None, por
 
 
 def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) -> Kernel:
-    """The AVX-512 VNNI kernel over ``blocks`` repacked once (``repack_blocks``)."""
+    """The kernel over ``blocks`` repacked once (``repack_blocks``): AVX-512 VNNI, or AVX2."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
     qs, scales = (huge_pages.resident(t) for t in repack_blocks(blocks.contiguous(), fmt))
@@ -166,7 +172,7 @@ def _repacked_swiglu(linear: Kernel, qs: torch.Tensor, scales: torch.Tensor, fmt
     wide output and an op call a layer; float32 x takes the product and torch's activation."""
     op, intermediate = torch.ops.frame_cpu.ggml_swiglu_repacked.default, out_features // 2
     unfused = kernels.gated(linear)
-    if out_features % 32:
+    if out_features % 32 or not has_vnni():  # the epilogue is written for AVX-512 only
         return unfused
 
     def swiglu(x: torch.Tensor) -> torch.Tensor | None:

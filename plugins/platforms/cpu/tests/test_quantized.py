@@ -1,5 +1,6 @@
-"""The cpu platform's kernels for packed ggml blocks of 32, the AVX-512 VNNI, AVX2 and portable paths, against gguf's
-own dequantisation: q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl (the super-block formats: test_kquant.py).
+"""The cpu platform's kernels for packed ggml blocks of 32, the repacked (AVX-512 VNNI or AVX2), AVX2 and portable
+paths, against gguf's own dequantisation: q4_0, q4_1, q8_0, q5_0, q5_1 and iq4_nl (the super-block formats:
+test_kquant.py).
 
 gguf-py quantizes only q4_0, q4_1, q5_0, q5_1 and q8_0, so iq4_nl's blocks here are random bytes with sane float16
 scales: every bit pattern of a block is a valid block, and gguf's ``dequantize`` says what it means."""
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform'
 PATHS = [pytest.param({"portable": True}, id="portable"),
          pytest.param({"portable": False, "vnni": False}, id="avx2",
                       marks=pytest.mark.skipif(not probe.has_avx2_fma(), reason="no AVX2 and FMA")),
-         pytest.param({"portable": False, "vnni": True}, id="avx512_vnni",
-                      marks=pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW"))]
+         pytest.param({"portable": False, "vnni": True}, id="repacked",
+                      marks=pytest.mark.skipif(not quantized.has_repacked(), reason="no AVX2 or AVX-512 VNNI"))]
+NO_REPACKED = "the repacked kernel needs AVX2 or AVX-512 VNNI"
 
 
 def packed(fmt: str, rows: int, inputs: int, seed: int = 0) -> GGMLWeight:
@@ -100,15 +102,15 @@ def test_paths_agree_on_a_large_weight() -> None:
     weight = packed("q4_1", 200, 576, seed=4)
     x = torch.randn(6, 576, generator=torch.Generator().manual_seed(5))
     plain = quantized.ggml_linear(weight, None, portable=True)(x)
-    for vnni in (False, True) if quantized.has_vnni() else (False,):
+    for vnni in (False, True) if quantized.has_repacked() else (False,):
         fast = quantized.ggml_linear(weight, None, portable=False, vnni=vnni)(x)
         torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-4)  # only the order of float32 block sums differs
 
 
-@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) -> None:
+def test_repacked_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) -> None:
     # A lone row takes the decode loop (groups in step), a batch the row tiles: the same sums, bit for bit.
     weight = packed(fmt, 200, 576, seed=6)
     bias = torch.randn(200, generator=torch.Generator().manual_seed(8))
@@ -119,10 +121,10 @@ def test_vnni_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype) ->
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
-@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_vnni_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> None:
+def test_repacked_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> None:
     # A thread's share of a lone row's groups runs four at a time and the last 1-3 together, each set asking ahead
     # for the next one's weight: every split of 1-10 groups (the last padded) gives the batched row's bits.
     previous = torch.get_num_threads()
@@ -138,12 +140,13 @@ def test_vnni_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> Non
         torch.set_num_threads(previous)
 
 
-@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q5_1"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_vnni_swiglu_epilogue_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
-    # SwiGLU's [gate | up] projection runs the activation in the product's epilogue for bfloat16 x: the same bits
-    # as the product followed by silu_and_mul, for a lone row (gate and up groups in sets) and for row tiles.
+def test_repacked_swiglu_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
+    # SwiGLU's [gate | up] projection runs the activation in the product's epilogue for bfloat16 x with AVX-512
+    # (with AVX2 the product, then silu_and_mul): the same bits as the product followed by silu_and_mul, for a lone
+    # row (gate and up groups in sets) and for row tiles.
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -231,9 +234,9 @@ def test_every_type_is_served_and_named_with_its_path() -> None:
         assert paths[fmt] == kquant.isa_path()
 
 
-def test_vnni_decode_rows_match_batched_rows_for_new_formats() -> None:
-    if not quantized.has_vnni():
-        pytest.skip("no AVX-512 VNNI and BW")
+def test_repacked_decode_rows_match_batched_rows_for_new_formats() -> None:
+    if not quantized.has_repacked():
+        pytest.skip(NO_REPACKED)
     for fmt in NATIVE:
         weight = random_blocks(fmt, 200, 576, seed=6)
         linear = quantized.ggml_linear(weight, None, vnni=True)
@@ -289,26 +292,29 @@ def test_weight_only_int8_and_tiny_scales_decline() -> None:
     assert quantized.int8_linear(tiny, None) is None
 
 
-@pytest.mark.skipif(not quantized.has_vnni(), reason="no AVX-512 VNNI and BW")
+@pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 3, 20])
 def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows: int) -> None:
-    # A step program's stretch of a repacked linear and a SwiGLU (their `_into` forms, which a planned replay calls)
-    # runs as one team: each thread quantizes x (a lone row for itself, more rows a share each into the team's
-    # scratch), then takes its groups. Bound from records, from the arguments each run, or each call with its own
-    # parallel region: the plain ops' bits every way.
+    # A step program's stretch of a repacked linear and a SwiGLU (their `_into` forms, which a planned replay calls;
+    # with AVX2, which has no SwiGLU epilogue, a second linear) runs as one team: each thread quantizes x (a lone row
+    # for itself, more rows a share each into the team's scratch), then takes its groups. Bound from records, from
+    # the arguments each run, or each call with its own parallel region: the plain ops' bits every way.
     kernels.load()
     code = quantized.GGML_FORMATS[fmt]
     qs, scales = quantized.repack_blocks(packed(fmt, 64, 64).tensors["blocks"], code)
     gate_qs, gate_scales = quantized.repack_blocks(packed(fmt, 64, 64, seed=1).tensors["blocks"], code)
     bias = torch.randn(64, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3)).bfloat16()
-    hidden, out = torch.empty(rows, 64, dtype=torch.bfloat16), torch.empty(rows, 32, dtype=torch.bfloat16)
+    gated = quantized.has_vnni()
+    hidden, out = torch.empty(rows, 64, dtype=torch.bfloat16), torch.empty(rows, 32 if gated else 64,
+                                                                           dtype=torch.bfloat16)
     linear = torch.ops.frame_cpu.ggml_linear_repacked(x, qs, scales, code, 64, bias)
-    expected = torch.ops.frame_cpu.ggml_swiglu_repacked(linear, gate_qs, gate_scales, code, 32, None)
+    second = ("ggml_swiglu_repacked", 32) if gated else ("ggml_linear_repacked", 64)
+    expected = getattr(torch.ops.frame_cpu, second[0])(linear, gate_qs, gate_scales, code, second[1], None)
     program = torch.classes.frame_cpu.StepProgram(0)
     program.call("frame_cpu::ggml_linear_repacked_into", "", [x, qs, scales, code, 64, bias, hidden], [-1] * 7, [])
-    program.call("frame_cpu::ggml_swiglu_repacked_into", "", [hidden, gate_qs, gate_scales, code, 32, None, out],
+    program.call(f"frame_cpu::{second[0]}_into", "", [hidden, gate_qs, gate_scales, code, second[1], None, out],
                  [-1] * 7, [])
     program.set_output(out, -1)
     assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)

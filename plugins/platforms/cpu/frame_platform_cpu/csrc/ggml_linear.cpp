@@ -14,14 +14,16 @@
 // A decode step reads the weight once at 4.5-8.5 bits per value, which is what bounds it.
 //
 // `portable` runs the same arithmetic in plain C++ (the path of CPUs without AVX2, and its test here); both sum a
-// block's 32 integer products exactly, so they differ only in the order of the float32 block sums.
+// block's 32 integer products exactly, so they differ only in the order of the float32 block sums. This layout's
+// AVX2 path (rows_avx2) now serves only callers that ask for it: the repacked one below reads faster on AVX2 too.
 //
 // `ggml_linear_repacked` is the AVX-512 VNNI path (Ice Lake and later Xeons, Zen 4): the same blocks repacked once
 // at load (quantized.repack_blocks) so that one zmm holds 16 output rows' values of 4 consecutive inputs, and one
 // `vpdpbusd` multiplies them by 4 of x's int8 values (broadcast) for all 16 rows at once, with no horizontal sums.
 // At one row it reads the weight at the machine's streaming rate: all of SmolLM2-135M's Q4_1 linears (66 MB of
 // q4_1, a 30 MB q8_0 output matrix) in 2.6 ms on 2 cores of a Xeon, against 10.8 ms for the AVX2 path and 2.5
-// ms for a plain read of the same bytes; four rows in 3.3 ms.
+// ms for a plain read of the same bytes; four rows in 3.3 ms. CPUs with AVX2 and no VNNI read the same repacked
+// blocks 8 rows a ymm (ggml_repacked_avx2.h): the `Repacked` product runs either.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -39,8 +41,14 @@
 #include "bfloat16_bits.h"
 #include "direct_ops.h"
 #include "ggml_blocks.h"
+#include "ggml_repacked_avx2.h"
 #include "linear_bias.h"
 #include "swiglu.h"
+
+// The repacked layout is read with AVX-512 VNNI where the build has it, else with AVX2 (ggml_repacked_avx2.h).
+#if FRAME_GGML_VNNI || FRAME_GGML_AVX2
+#define FRAME_GGML_REPACKED 1
+#endif
 
 namespace {
 
@@ -526,7 +534,25 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   return y;
 }
 
-#if FRAME_GGML_VNNI
+#if FRAME_GGML_AVX2 && !FRAME_GGML_VNNI
+constexpr int kAvx2Rows = 4;  // rows of x per pass over a group on the AVX2 path
+
+template <int64_t Format>
+void groups_avx2(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0, int rows,
+                 int64_t k, __m256* acc) {
+  const int8_t* q = xq.q + r0 * k;
+  const float *d = xq.d + r0 * nb, *s = xq.s + r0 * nb;
+  const int32_t* sum = xq.sum + r0 * nb;
+  switch (rows) {
+    case 1: group_avx2<Format, 1>(qs, scales, nb, q, d, s, sum, k, acc); break;
+    case 2: group_avx2<Format, 2>(qs, scales, nb, q, d, s, sum, k, acc); break;
+    case 3: group_avx2<Format, 3>(qs, scales, nb, q, d, s, sum, k, acc); break;
+    default: group_avx2<Format, 4>(qs, scales, nb, q, d, s, sum, k, acc); break;
+  }
+}
+#endif
+
+#if FRAME_GGML_REPACKED
 // One product over a repacked weight, its operands checked and resolved to pointers (make_repacked): the form
 // every caller shares, from a plain call's parallel_for to a team's thread (and a step program's bound record,
 // direct_ops.h). Work is split by unit: a group of 16 outputs, or a gated product's pair of gate and up groups.
@@ -543,6 +569,7 @@ struct Repacked {
   int64_t units() const { return gated ? half : groups; }
   bool q8_1() const { return has_min(format); }
 
+#if FRAME_GGML_VNNI
   // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
   void store(__m512 sums, int64_t row, int64_t c) const {
     const int lanes = static_cast<int>(std::min<int64_t>(16, n - c));
@@ -603,12 +630,42 @@ struct Repacked {
       }
     }
   }
+#else
+  // Row `row` of y, columns c..c+7 (fewer past out_features): 8 sums plus the bias.
+  void store8(__m256 sums, int64_t row, int64_t c) const {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, sums);
+    const int64_t lanes = std::min<int64_t>(8, n - c);
+    for (int64_t j = 0; j < lanes; ++j) {
+      const float out = v[j] + (bias ? bias[c + j] : 0.f);
+      if (as_float) yf[row * n + c + j] = out;
+      else yb[row * n + c + j] = frame_cpu::float_to_bf16(out);
+    }
+  }
+
+  // Groups [begin, end) of y (no gated form on this path: make_repacked refuses it).
+  void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
+    __m256 acc[2 * kAvx2Rows];
+    for (int64_t g = begin; g < end; ++g) {
+      for (int64_t r0 = 0; r0 < m; r0 += kAvx2Rows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kAvx2Rows, m - r0));
+        with_format(format, [&](auto f) {
+          groups_avx2<decltype(f)::value>(qs + g * group_qbytes, scales + g * group_scales, nb, xq, r0, rows, k, acc);
+        });
+        for (int r = 0; r < rows; ++r) {
+          store8(acc[2 * r], r0 + r, g * 16);
+          if (g * 16 + 8 < n) store8(acc[2 * r + 1], r0 + r, g * 16 + 8);
+        }
+      }
+    }
+  }
+#endif
 };
 #endif
 
 // Checks the operands (x contiguous, `y` [rows, out_features] of x's dtype, or [rows, out_features / 2] when
 // gated) and points a Repacked at them; see repacked_product. Only references are taken, no tensor handle.
-#if FRAME_GGML_VNNI
+#if FRAME_GGML_REPACKED
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
   TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
@@ -628,6 +685,9 @@ Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tens
   TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
   TORCH_CHECK(!gated || (n % 32 == 0 && x.scalar_type() == at::kBFloat16),
               "ggml_swiglu_repacked takes bfloat16 x and an intermediate size that is a multiple of 16");
+#if !FRAME_GGML_VNNI
+  TORCH_CHECK(!gated, "ggml_swiglu_repacked needs AVX-512 VNNI and BW; on AVX2 the product and silu_and_mul run apart");
+#endif
   const float* bias_ptr = bias_data(bias, n);
   const int64_t width = gated ? n / 2 : n;
   TORCH_CHECK(y.dim() == 2 && y.size(0) == m && y.size(1) == width && y.is_contiguous() &&
@@ -672,7 +732,7 @@ void team_repacked(const Repacked& product, const frame_cpu::Team& team) {
 at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                             int64_t out_features, const c10::optional<at::Tensor>& bias, bool gated,
                             const at::Tensor* into = nullptr) {
-#if FRAME_GGML_VNNI
+#if FRAME_GGML_REPACKED
   TORCH_CHECK(x.dim() == 2, "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
   const at::Tensor xc = x.contiguous();
   const at::Tensor y = into != nullptr ? *into
@@ -687,7 +747,7 @@ at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at:
   at::parallel_for(0, product.units(), 1, [&](int64_t begin, int64_t end) { product.run(begin, end, view); });
   return y;
 #else
-  TORCH_CHECK(false, "ggml_linear_repacked needs AVX-512 VNNI and BW, which this build lacks");
+  TORCH_CHECK(false, "ggml_linear_repacked needs AVX2 (or AVX-512 VNNI and BW), which this build lacks");
 #endif
 }
 
@@ -726,7 +786,7 @@ const frame_cpu::RegisterDirect direct_swiglu_repacked("frame_cpu::ggml_swiglu_r
                             a[5]->toOptional<at::Tensor>(), frame_cpu::written(a[6]));
 });
 
-#if FRAME_GGML_VNNI
+#if FRAME_GGML_REPACKED
 Repacked repacked_of(const c10::IValue* const* a, bool gated) {
   return make_repacked(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(),
                        gated ? 2 * a[4]->toInt() : a[4]->toInt(), a[5]->isNone() ? nullptr : &a[5]->toTensor(), gated,
@@ -763,9 +823,9 @@ const frame_cpu::RegisterBind bind_swiglu_repacked("frame_cpu::ggml_swiglu_repac
     [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, true); });
 #endif
 
-// True when this build has the AVX-512 VNNI kernel (the CPU has it and the compiler emitted it).
+// True when this build reads the repacked layout: AVX-512 VNNI, or AVX2 (the CPU has it and the compiler emitted it).
 bool ggml_repacked_available() {
-#if FRAME_GGML_VNNI
+#if FRAME_GGML_REPACKED
   return true;
 #else
   return false;
