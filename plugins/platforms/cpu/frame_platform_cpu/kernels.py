@@ -158,16 +158,17 @@ def float32_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
 
 
 def gated(linear):
-    """A ``[gate | up]`` product kernel followed by SwiGLU's activation (torch's for float32, the fused native
-    one for bfloat16); declines whenever ``linear`` does."""
+    """A ``[gate | up]`` product kernel followed by SwiGLU's activation (the fused native one for bfloat16 and
+    float32, torch's for other dtypes); declines whenever ``linear`` does."""
     act = fused_silu_and_mul()
 
     def swiglu(x: torch.Tensor) -> torch.Tensor | None:
         product = linear(x)
         if product is None:
             return None
-        if product.dtype == torch.bfloat16:
-            return act(product)
+        fused = act(product)
+        if fused is not None:
+            return fused
         gate, up = product.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
 
@@ -194,13 +195,18 @@ def bfloat16_swiglu_projection(weight: torch.Tensor, bias: torch.Tensor | None):
     return swiglu
 
 
+#: The activations' dtypes the native norm, SwiGLU activation and rotary take.
+NATIVE_ACTIVATIONS = (torch.bfloat16, torch.float32)
+
+
 def fused_add_rms_norm(weight: torch.Tensor, eps: float):
-    """Residual add plus RMSNorm in one native pass for bfloat16 rows; None (torch's path) for other dtypes."""
+    """Residual add plus RMSNorm in one native pass for bfloat16 or float32 rows of the weight's dtype; None
+    (torch's path) for others."""
     load()
     op = torch.ops.frame_cpu.add_rms_norm.default
 
     def norm(x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if x.dtype != torch.bfloat16 or residual.dtype != torch.bfloat16 or x.dim() != 2:
+        if x.dtype != weight.dtype or residual.dtype != x.dtype or x.dim() != 2:
             return None
         return op(x, residual, weight, eps)
 
@@ -208,12 +214,13 @@ def fused_add_rms_norm(weight: torch.Tensor, eps: float):
 
 
 def fused_silu_and_mul():
-    """SwiGLU's ``silu(gate) * up`` in one native pass for bfloat16 rows; None (torch's path) otherwise."""
+    """SwiGLU's ``silu(gate) * up`` in one native pass for bfloat16 or float32 rows; None (torch's path)
+    otherwise."""
     load()
     op = torch.ops.frame_cpu.silu_and_mul.default
 
     def act(x: torch.Tensor) -> torch.Tensor | None:
-        if x.dtype != torch.bfloat16 or x.dim() != 2:
+        if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 2:
             return None
         return op(x)
 
@@ -221,12 +228,13 @@ def fused_silu_and_mul():
 
 
 def fused_rotate_halves():
-    """Rotary embedding in place in one native pass for bfloat16 (bitwise torch's result); None otherwise."""
+    """Rotary embedding in place in one native pass for bfloat16 (bitwise torch's result) or float32; None
+    otherwise."""
     load()
     op = torch.ops.frame_cpu.rotate_halves_.default
 
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool | None:
-        if x.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16 or x.dim() != 3 or x.stride(2) != 1:
+        if x.dtype not in NATIVE_ACTIVATIONS or cos.dtype != x.dtype or x.dim() != 3 or x.stride(2) != 1:
             return None
         op(x, cos, sin)
         return True

@@ -158,10 +158,11 @@ class CpuPlatform(Platform):
     def layer_kernel(self, layer: torch.nn.Module) -> Callable[..., Any] | None:
         """Linears whose weight a quantization plugin keeps packed: the format's kernel (``quantized.py``); a lookup
         table kept packed (a GGUF's token embedding): its rows for the ids, in one native op (``rows.py``).
-        float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel (norms and rotary keep torch's code).
+        float32 linears on CPUs with AVX2 and FMA: the packed float32 kernel.
         bfloat16 models: linears on weights packed once (AVX-512 BF16 dot products where the CPU has them, else
         float32 arithmetic on bfloat16 weights with AVX2, else oneDNN), SwiGLU's projection with the activation
-        in the matmul's epilogue (or right after it), the fused residual-add norm, SwiGLU activation and rotary."""
+        in the matmul's epilogue (or right after it). bfloat16 and float32 models: the fused residual-add norm, SwiGLU
+        activation and rotary."""
         with huge_pages.placing(self.options.huge_pages):  # what the kernel packs, onto huge pages
             return self._layer_kernel(layer)
 
@@ -208,12 +209,14 @@ class CpuPlatform(Platform):
 
     @staticmethod
     def _float32_kernel(layer: torch.nn.Module) -> Callable[..., Any] | None:
-        """float32 layers: the packed AVX2 linear (SwiGLU's activation after it, in torch); norms and rotary keep
-        torch's code, which is exact."""
+        """float32 layers: the packed AVX2 linear (SwiGLU's activation after it) and the fused residual-add norm
+        (the SwiGLU activation and rotary are asked for as for every dtype)."""
         if isinstance(layer, SwiGLUProjection):
             return kernels.float32_swiglu_projection(layer.weight, layer.bias)
         if isinstance(layer, Linear):
             return kernels.float32_linear(layer.weight, layer.bias)
+        if isinstance(layer, RMSNorm):
+            return kernels.fused_add_rms_norm(layer.weight, layer.eps)
         return None
 
     def greedy_kernel(self) -> Callable[[torch.Tensor, torch.Tensor], None] | None:

@@ -102,9 +102,10 @@ def test_the_native_program_and_torchscript_replay_the_same_step_bitwise(dtype: 
             refill(seed)
             expected = step()
             assert torch.equal(program.run(), expected) and torch.equal(script(), expected)
-    # The platform's kernels with a direct form skip the dispatcher: every planned linear, norm and rotary.
+    # The platform's kernels with a direct form skip the dispatcher: every planned linear, norm, activation and
+    # rotary.
     direct = {"frame_cpu::packed_linear_into", "frame_cpu::packed_linear_float_into", "frame_cpu::packed_swiglu_into",
-              "frame_cpu::add_rms_norm_into", "frame_cpu::rotate_halves_"}
+              "frame_cpu::add_rms_norm_into", "frame_cpu::rotate_halves_", "frame_cpu::silu_and_mul_into"}
     assert program.num_direct() == sum(call.op._schema.name in direct for call in planned.calls)
     assert 0 < program.num_calls() <= len(planned.calls)
 
@@ -171,7 +172,7 @@ def test_a_planned_replay_writes_into_fixed_buffers_and_still_equals_the_eager_s
     assert len({t.data_ptr() for t in outputs}) == (1 if same else len(outputs))
     for name in names & planning.INTO.keys():  # which kernels a layer takes depends on the CPU's instructions
         assert f".{planning.INTO[name]}(" in code and f".{name.split('::')[1]}(" not in code
-    if names & (planning.INTO.keys() - {"frame_cpu::add_rms_norm"}):
+    if names & (planning.INTO.keys() - {"frame_cpu::add_rms_norm", "frame_cpu::silu_and_mul"}):  # a planned linear
         # The rotary's view of the linear's buffer is made once, when the step is planned, not by each replay (where
         # the linear writes a planned buffer: a CPU without AVX-512 BF16 runs another bfloat16 linear).
         assert planned is not recording and code.count("as_strided(") < source(recording).count("as_strided(")

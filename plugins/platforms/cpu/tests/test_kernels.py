@@ -156,9 +156,24 @@ def test_the_fused_norms_rounded_sum_is_torchs_for_every_kind_of_value() -> None
         assert torch.equal(got.view(torch.int16), (d.float() * 1).bfloat16().view(torch.int16))
 
 
-def test_fused_norm_declines_float32() -> None:
+@pytest.mark.parametrize("rows", [1, 5, 64])
+@pytest.mark.parametrize("hidden", [576, 37])
+def test_fused_float32_norm_is_the_reference_within_float32_noise(rows: int, hidden: int) -> None:
+    norm = RMSNorm(hidden, 1e-5, torch.device("cpu"), torch.float32)
+    norm.weight.data.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(rows)
+    x, residual = (torch.randn(rows, hidden, generator=gen) * 3 for _ in range(2))
+    fused = kernels.fused_add_rms_norm(norm.weight, 1e-5)(x, residual)
+    assert fused is not None
+    expected_out, expected_sum = norm.reference(x, residual)
+    assert torch.equal(fused[1], expected_sum)
+    torch.testing.assert_close(fused[0], expected_out, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_norm_declines_rows_of_another_dtype_than_its_weight() -> None:
     weight = torch.ones(8, dtype=torch.bfloat16)
     assert kernels.fused_add_rms_norm(weight, 1e-6)(torch.ones(2, 8), torch.ones(2, 8)) is None
+    assert kernels.fused_add_rms_norm(weight.float(), 1e-6)(torch.ones(2, 8).half(), torch.ones(2, 8).half()) is None
 
 
 def test_fused_silu_and_mul_matches_torch_within_a_step() -> None:
@@ -169,7 +184,19 @@ def test_fused_silu_and_mul_matches_torch_within_a_step() -> None:
     assert got is not None and got.shape == expected.shape
     torch.testing.assert_close(got.float(), expected.float(), rtol=8e-3, atol=1e-3)
     assert (got != expected).float().mean() < 0.01
-    assert kernels.fused_silu_and_mul()(x.float()) is None
+    assert kernels.fused_silu_and_mul()(x.half()) is None
+
+
+@pytest.mark.parametrize("rows, width", [(1, 1536), (1, 300), (37, 300), (3, 5)])
+def test_fused_float32_silu_and_mul_is_torchs_within_float32_noise(rows: int, width: int) -> None:
+    # A row is split in pieces of 256 columns (a lone decode row's share of a team): widths past and between them.
+    x = torch.randn(rows, 2 * width, generator=torch.Generator().manual_seed(width)) * 4
+    got = kernels.fused_silu_and_mul()(x)
+    assert got is not None and got.shape == (rows, width)
+    torch.testing.assert_close(got, SiluAndMul.reference(x), rtol=1e-5, atol=1e-6)
+    out = torch.empty(rows, width)
+    torch.ops.frame_cpu.silu_and_mul_into(x, out)
+    assert torch.equal(out, got)
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 130])
@@ -184,11 +211,24 @@ def test_fused_rotary_is_bitwise_torchs_on_the_strided_qk_columns(tokens: int) -
     assert torch.equal(qkv, expected)  # V columns untouched, Q/K rotated exactly as torch does
 
 
-def test_the_platform_offers_kernels_for_bfloat16_layers_only() -> None:
+@pytest.mark.parametrize("tokens", [1, 7])
+def test_fused_float32_rotary_is_torchs_within_float32_noise(tokens: int) -> None:
+    gen = torch.Generator().manual_seed(tokens)
+    qkv = torch.randn(tokens, (4 + 2 + 2) * 64, generator=gen)
+    angles = torch.rand(tokens, 1, 32, generator=gen) * 6
+    expected = qkv.clone()
+    RotateHalves.reference(expected[:, : 6 * 64].view(tokens, 6, 64), angles.cos(), angles.sin())
+    assert kernels.fused_rotate_halves()(qkv[:, : 6 * 64].view(tokens, 6, 64), angles.cos(), angles.sin())
+    assert torch.equal(qkv[:, 6 * 64 :], expected[:, 6 * 64 :])  # V columns untouched
+    torch.testing.assert_close(qkv, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_platform_offers_kernels_for_bfloat16_layers_and_float32_norms() -> None:
     cpu = torch.device("cpu")
     platform = CpuPlatform()
-    assert platform.layer_kernel(Linear(4, 4, False, cpu, torch.float32)) is None
-    assert platform.layer_kernel(RMSNorm(4, 1e-6, cpu, torch.float32)) is None
+    assert platform.layer_kernel(Linear(4, 4, False, cpu, torch.float32)) is None  # out_features not a multiple of 16
+    assert platform.layer_kernel(RMSNorm(4, 1e-6, cpu, torch.float32)) is not None
+    assert platform.layer_kernel(RMSNorm(4, 1e-6, cpu, torch.float16)) is None
     bf16_layers = [Linear(4, 4, False, cpu, torch.bfloat16), RMSNorm(4, 1e-6, cpu, torch.bfloat16), SiluAndMul()]
     if probe.has_bf16():
         assert all(platform.layer_kernel(layer) is not None for layer in bf16_layers)
@@ -248,6 +288,5 @@ def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_t
     gate, up = F.linear(x, swiglu.weight).chunk(2, dim=-1)
     torch.testing.assert_close(fused(x), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
     odd = Linear(32, 40, False, torch.device("cpu"), torch.float32)
-    assert platform.layer_kernel(odd) is None and platform.layer_kernel(RMSNorm(32, 1e-5, torch.device("cpu"),
-                                                                                torch.float32)) is None
+    assert platform.layer_kernel(odd) is None
     assert CpuPlatform(CpuOptions(native_kernels=False)).layer_kernel(linear) is None

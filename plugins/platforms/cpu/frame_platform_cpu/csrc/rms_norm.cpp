@@ -1,8 +1,9 @@
-// Residual add and RMS normalisation of bfloat16 rows in one pass: (norm(x + residual) * weight, x + residual).
+// Residual add and RMS normalisation of bfloat16 or float32 rows in one pass: (norm(x + residual) * weight,
+// x + residual).
 //
-// It rounds exactly where torch's unfused bfloat16 sequence does (the sum to bfloat16, the normalised row to
-// bfloat16 before the weight, the product to bfloat16); only the order of the float32 sum of squares differs.
-// Rows are split over torch's intra-op threads.
+// bfloat16 rounds exactly where torch's unfused bfloat16 sequence does (the sum to bfloat16, the normalised row to
+// bfloat16 before the weight, the product to bfloat16); float32 computes what F.rms_norm and the weight's product
+// do. Only the order of the float32 sum of squares differs. Rows are split over torch's intra-op threads.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -12,6 +13,11 @@
 
 #include "bfloat16_bits.h"
 #include "direct_ops.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define FRAME_NORM_AVX2 1
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -67,19 +73,82 @@ void norm_row(const uint16_t* a, const uint16_t* b, const uint16_t* w, uint16_t*
 }
 #endif
 
-// The checks of every form: bfloat16 x and residual [rows, hidden], weight [hidden].
+// float32 rows: s = a + b, o = w * (s / sqrt(mean(s^2) + epsilon)).
+void norm_row(const float* a, const float* b, const float* w, float* s, float* o, int64_t hidden, float epsilon) {
+  int64_t i = 0;
+  float squares = 0.0f;
+#if FRAME_NORM_AVX2
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  for (; i + 16 <= hidden; i += 16) {
+    const __m256 lo = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+    const __m256 hi = _mm256_add_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
+    _mm256_storeu_ps(s + i, lo);
+    _mm256_storeu_ps(s + i + 8, hi);
+    even = _mm256_fmadd_ps(lo, lo, even);
+    odd = _mm256_fmadd_ps(hi, hi, odd);
+  }
+  const __m256 both = _mm256_add_ps(even, odd);
+  __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
+  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  squares = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+#endif
+  for (; i < hidden; ++i) {
+    s[i] = a[i] + b[i];
+    squares += s[i] * s[i];
+  }
+  const float inv = 1.0f / std::sqrt(squares / static_cast<float>(hidden) + epsilon);
+  for (int64_t j = 0; j < hidden; ++j) o[j] = w[j] * (s[j] * inv);
+}
+
+// The checks of every form: x and residual [rows, hidden], weight [hidden], all bfloat16 or all float32.
 void check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && residual.scalar_type() == at::kBFloat16 &&
-                  weight.scalar_type() == at::kBFloat16, "add_rms_norm takes bfloat16 tensors");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kFloat) && residual.scalar_type() == dtype &&
+                  weight.scalar_type() == dtype, "add_rms_norm takes bfloat16 tensors or float32 ones");
   TORCH_CHECK(x.dim() == 2 && residual.sizes() == x.sizes() && weight.numel() == x.size(1),
               "x and residual [rows, hidden], weight [hidden]");
 }
 
-// The checks of an `_into` form's outputs: contiguous bfloat16 tensors of x's shape.
+// The checks of an `_into` form's outputs: contiguous tensors of x's shape and dtype.
 void check_outputs(const at::Tensor& x, const at::Tensor& out, const at::Tensor& summed) {
   for (const at::Tensor* t : {&out, &summed})
-    TORCH_CHECK(t->sizes() == x.sizes() && t->is_contiguous() && t->scalar_type() == at::kBFloat16,
-                "out and summed must be contiguous bfloat16 tensors of x's shape");
+    TORCH_CHECK(t->sizes() == x.sizes() && t->is_contiguous() && t->scalar_type() == x.scalar_type(),
+                "out and summed must be contiguous tensors of x's shape and dtype");
+}
+
+// The rows of one call, checked and resolved to pointers: what every form runs, a share of the rows at a time.
+struct NormRows {
+  const void* x;
+  const void* residual;
+  const void* weight;
+  void* out;
+  void* summed;
+  int64_t rows, hidden;
+  float epsilon;
+  bool f32;
+
+  void run(int64_t begin, int64_t end) const {
+    for (int64_t r = begin; r < end; ++r) {
+      if (f32) {
+        norm_row(static_cast<const float*>(x) + r * hidden, static_cast<const float*>(residual) + r * hidden,
+                 static_cast<const float*>(weight), static_cast<float*>(summed) + r * hidden,
+                 static_cast<float*>(out) + r * hidden, hidden, epsilon);
+      } else {
+        norm_row(static_cast<const uint16_t*>(x) + r * hidden, static_cast<const uint16_t*>(residual) + r * hidden,
+                 static_cast<const uint16_t*>(weight), static_cast<uint16_t*>(summed) + r * hidden,
+                 static_cast<uint16_t*>(out) + r * hidden, hidden, epsilon);
+      }
+    }
+  }
+};
+
+// Checked contiguous operands as NormRows.
+NormRows norm_rows(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                   const at::Tensor& out, const at::Tensor& summed) {
+  check_inputs(x, residual, weight);
+  check_outputs(x, out, summed);
+  return NormRows{x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), summed.data_ptr(),
+                  x.size(0), x.size(1), static_cast<float>(eps), x.scalar_type() == at::kFloat};
 }
 
 // `into`: the (normed, summed) pair to write (add_rms_norm_into, a replayed step's planned buffers), else new ones.
@@ -88,26 +157,10 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_impl(const at::Tensor& x, const 
                                                      const std::pair<at::Tensor, at::Tensor>* into) {
   check_inputs(x, residual, weight);
   const at::Tensor xc = x.contiguous(), rc = residual.contiguous(), wc = weight.contiguous();
-  at::Tensor out, summed;
-  if (into != nullptr) {
-    check_outputs(xc, into->first, into->second);
-    out = into->first;
-    summed = into->second;
-  } else {
-    out = at::empty_like(xc);
-    summed = at::empty_like(xc);
-  }
-  const int64_t rows = xc.size(0), hidden = xc.size(1);
-  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
-  const auto* rp = reinterpret_cast<const uint16_t*>(rc.data_ptr<c10::BFloat16>());
-  const auto* wp = reinterpret_cast<const uint16_t*>(wc.data_ptr<c10::BFloat16>());
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<c10::BFloat16>());
-  auto* sp = reinterpret_cast<uint16_t*>(summed.data_ptr<c10::BFloat16>());
-  const float epsilon = static_cast<float>(eps);
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      norm_row(xp + r * hidden, rp + r * hidden, wp, sp + r * hidden, op + r * hidden, hidden, epsilon);
-  });
+  const at::Tensor out = into != nullptr ? into->first : at::empty_like(xc);
+  const at::Tensor summed = into != nullptr ? into->second : at::empty_like(xc);
+  const NormRows rows = norm_rows(xc, rc, wc, eps, out, summed);
+  at::parallel_for(0, rows.rows, 16, [&](int64_t begin, int64_t end) { rows.run(begin, end); });
   return {out, summed};
 }
 
@@ -128,36 +181,16 @@ const frame_cpu::RegisterDirect direct_add_rms_norm("frame_cpu::add_rms_norm_int
 });
 
 // The bound form (direct_ops.h): the checked pointers, each thread of a team normalising its share of the rows.
-struct BoundNorm {
-  const uint16_t* x;
-  const uint16_t* residual;
-  const uint16_t* weight;
-  uint16_t* out;
-  uint16_t* summed;
-  int64_t rows, hidden;
-  float epsilon;
-};
-
 const frame_cpu::RegisterBind bind_add_rms_norm("frame_cpu::add_rms_norm_into",
                                                 [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   const at::Tensor &x = a[0]->toTensor(), &residual = a[1]->toTensor(), &weight = a[2]->toTensor();
-  const at::Tensor &out = a[4]->toTensor(), &summed = a[5]->toTensor();
   if (!x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous()) return false;
-  check_inputs(x, residual, weight);
-  check_outputs(x, out, summed);
-  call.as<BoundNorm>() = BoundNorm{reinterpret_cast<const uint16_t*>(x.data_ptr<c10::BFloat16>()),
-                                   reinterpret_cast<const uint16_t*>(residual.data_ptr<c10::BFloat16>()),
-                                   reinterpret_cast<const uint16_t*>(weight.data_ptr<c10::BFloat16>()),
-                                   reinterpret_cast<uint16_t*>(out.data_ptr<c10::BFloat16>()),
-                                   reinterpret_cast<uint16_t*>(summed.data_ptr<c10::BFloat16>()),
-                                   x.size(0), x.size(1), static_cast<float>(a[3]->toDouble())};
+  call.as<NormRows>() = norm_rows(x, residual, weight, a[3]->toDouble(), a[4]->toTensor(), a[5]->toTensor());
   call.shared = true;
   call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
-    const BoundNorm& n = bound.as<BoundNorm>();
-    const auto [begin, end] = frame_cpu::share(n.rows, team);
-    for (int64_t r = begin; r < end; ++r)
-      norm_row(n.x + r * n.hidden, n.residual + r * n.hidden, n.weight, n.summed + r * n.hidden, n.out + r * n.hidden,
-               n.hidden, n.epsilon);
+    const NormRows& rows = bound.as<NormRows>();
+    const auto [begin, end] = frame_cpu::share(rows.rows, team);
+    rows.run(begin, end);
   };
   return true;
 });

@@ -1,8 +1,10 @@
-// Rotary embedding in place on bfloat16 Q/K rows (first half of each head paired with the second), one pass.
+// Rotary embedding in place on bfloat16 or float32 Q/K rows (first half of each head paired with the second), one
+// pass.
 //
 // x is [tokens, heads, dim] with any token stride (the Q and K columns of the fused QKV output), cos and sin are
-// [tokens, dim / 2]. Rounds exactly where torch's unfused bfloat16 sequence does (first*cos, second*sin and
-// their difference; second*cos, then second + first*sin in float32), so the result is bitwise the same.
+// [tokens, dim / 2]. bfloat16 rounds exactly where torch's unfused bfloat16 sequence does (first*cos, second*sin
+// and their difference; second*cos, then second + first*sin in float32), so the result is bitwise the same;
+// float32 computes the same two expressions in float32.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -20,13 +22,37 @@ namespace {
 using frame_cpu::bf16_to_float;
 using frame_cpu::float_to_bf16;
 
+// One head's halves, float32: first' = first cos - second sin, second' = second cos + first sin.
+void rotate_head(float* first, const float* c, const float* s, int64_t half) {
+  float* second = first + half;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = first[i], b = second[i];
+    first[i] = a * c[i] - b * s[i];
+    second[i] = b * c[i] + a * s[i];
+  }
+}
+
+void rotate_halves_f32(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2, stride = x.stride(0);
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
+  float* xp = x.data_ptr<float>();
+  const float* cp = cc.data_ptr<float>();
+  const float* sp = sc.data_ptr<float>();
+  at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int64_t h = 0; h < heads; ++h) rotate_head(xp + t * stride + h * 2 * half, cp + t * half, sp + t * half, half);
+  });
+}
+
 void rotate_halves_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 &&
-                  sin.scalar_type() == at::kBFloat16, "rotate_halves_ takes bfloat16 tensors");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kFloat) && cos.scalar_type() == dtype &&
+                  sin.scalar_type() == dtype, "rotate_halves_ takes bfloat16 tensors or float32 ones");
   TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2) && x.size(2) % 2 == 0,
               "x must be [tokens, heads, dim] with contiguous heads");
   const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2, stride = x.stride(0);
   TORCH_CHECK(cos.numel() == tokens * half && sin.numel() == tokens * half, "cos and sin must be [tokens, dim / 2]");
+  if (dtype == at::kFloat) return rotate_halves_f32(x, cos, sin);
   const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
   auto* xp = reinterpret_cast<uint16_t*>(x.data_ptr<c10::BFloat16>());
   const auto* cp = reinterpret_cast<const uint16_t*>(cc.data_ptr<c10::BFloat16>());

@@ -1,8 +1,9 @@
-// SwiGLU's activation in one pass over bfloat16 rows [gate | up]: silu(gate) * up.
+// SwiGLU's activation in one pass over rows [gate | up]: silu(gate) * up, bfloat16 or float32.
 //
-// Rounds where torch's two bfloat16 ops do (silu's result to bfloat16, then the product); silu itself is
+// bfloat16 rounds where torch's two bfloat16 ops do (silu's result to bfloat16, then the product); silu itself is
 // x / (1 + exp(-x)) in float32 with a polynomial exp (swiglu.h), so a value may land one bfloat16 step from
-// torch's now and then. Rows are split over torch's intra-op threads.
+// torch's now and then; float32 stays float32 throughout. Rows (a lone row: its columns) are split over torch's
+// intra-op threads, or over a step program's team (the bound form).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include <torch/library.h>
 
 #include "bfloat16_bits.h"
+#include "direct_ops.h"
 #include "swiglu.h"
 
 #include <algorithm>
@@ -38,25 +40,86 @@ void silu_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, i
 #endif
 }
 
-at::Tensor silu_and_mul(const at::Tensor& x) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.size(1) % 2 == 0,
-              "silu_and_mul takes bfloat16 [rows, 2 * width]");
-  const at::Tensor xc = x.contiguous();
-  const int64_t rows = xc.size(0), width = xc.size(1) / 2;
-  at::Tensor out = at::empty({rows, width}, xc.options());
-  const auto* in = reinterpret_cast<const uint16_t*>(xc.data_ptr<c10::BFloat16>());
-  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<c10::BFloat16>());
-  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint16_t* gate = in + r * 2 * width;
-      silu_and_mul_row(gate, gate + width, o + r * width, width);
+// One call's rows, checked and resolved to pointers, in pieces of at most kPiece columns: a lone decode row still
+// splits over a team.
+struct Activation {
+  static constexpr int64_t kPiece = 256;
+  const void* x;
+  void* out;
+  int64_t rows, width, pieces;
+  bool f32;
+
+  int64_t units() const { return rows * pieces; }
+
+  void run(int64_t begin, int64_t end) const {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t r = u / pieces, c = (u % pieces) * kPiece, n = std::min(kPiece, width - c);
+      if (f32) {
+        const float* gate = static_cast<const float*>(x) + r * 2 * width + c;
+        frame_cpu::swiglu_f32(gate, gate + width, static_cast<float*>(out) + r * width + c, n);
+      } else {
+        const uint16_t* gate = static_cast<const uint16_t*>(x) + r * 2 * width + c;
+        silu_and_mul_row(gate, gate + width, static_cast<uint16_t*>(out) + r * width + c, n);
+      }
     }
-  });
+  }
+};
+
+// Checks x (contiguous bfloat16 or float32 [rows, 2 * width]) and out ([rows, width] of x's dtype).
+Activation activation(const at::Tensor& x, const at::Tensor& out) {
+  TORCH_CHECK((x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat) && x.dim() == 2 &&
+                  x.size(1) % 2 == 0 && x.is_contiguous(),
+              "silu_and_mul takes bfloat16 or float32 [rows, 2 * width]");
+  const int64_t rows = x.size(0), width = x.size(1) / 2;
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == rows && out.size(1) == width && out.is_contiguous() &&
+                  out.scalar_type() == x.scalar_type(),
+              "out must be a contiguous [rows, width] tensor of x's dtype");
+  const int64_t pieces = std::max<int64_t>(1, (width + Activation::kPiece - 1) / Activation::kPiece);
+  return Activation{x.data_ptr(), out.data_ptr(), rows, width, pieces, x.scalar_type() == at::kFloat};
+}
+
+void run_activation(const Activation& act) {
+  at::parallel_for(0, act.units(), std::max<int64_t>(1, 16384 / Activation::kPiece),
+                   [&](int64_t begin, int64_t end) { act.run(begin, end); });
+}
+
+at::Tensor silu_and_mul(const at::Tensor& x) {
+  const at::Tensor xc = x.contiguous();
+  TORCH_CHECK(xc.dim() == 2, "silu_and_mul takes bfloat16 or float32 [rows, 2 * width]");
+  at::Tensor out = at::empty({xc.size(0), xc.size(1) / 2}, xc.options());
+  run_activation(activation(xc, out));
   return out;
 }
 
+// The `_into` form writes into `out` (what the plain form would return): a replayed step's planned buffer.
+void silu_and_mul_into(const at::Tensor& x, at::Tensor& out) { run_activation(activation(x.contiguous(), out)); }
+
+const frame_cpu::RegisterDirect direct_silu_and_mul("frame_cpu::silu_and_mul_into", [](const c10::IValue* const* a) {
+  silu_and_mul_into(a[0]->toTensor(), frame_cpu::written(a[1]));
+});
+
+// The bound form (direct_ops.h): each thread of a team takes its share of the pieces.
+const frame_cpu::RegisterBind bind_silu_and_mul("frame_cpu::silu_and_mul_into",
+                                                [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
+  if (!a[0]->toTensor().is_contiguous()) return false;
+  call.as<Activation>() = activation(a[0]->toTensor(), a[1]->toTensor());
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    const Activation& act = bound.as<Activation>();
+    const auto [begin, end] = frame_cpu::share(act.units(), team);
+    act.run(begin, end);
+  };
+  return true;
+});
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(frame_cpu, m) { m.def("silu_and_mul(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
+  m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def("silu_and_mul_into(Tensor x, Tensor(a!) out) -> ()");
+}
 
-TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) { m.impl("silu_and_mul", &silu_and_mul); }
+TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
+  m.impl("silu_and_mul", &silu_and_mul);
+  m.impl("silu_and_mul_into", &silu_and_mul_into);
+}

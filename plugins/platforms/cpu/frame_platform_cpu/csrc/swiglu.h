@@ -1,6 +1,6 @@
 // SwiGLU's silu(gate) * up on float32 values that hold bfloat16 numbers, rounding where torch's two bfloat16 ops
 // do (silu's result to bfloat16, then the product). Shared by the standalone activation and the gate-up linear's
-// epilogue, so the two give the same bits.
+// epilogue, so the two give the same bits. And the same on float32 values, in float32.
 #pragma once
 
 #include "bfloat16_bits.h"
@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 namespace frame_cpu {
 
@@ -55,5 +59,38 @@ inline __m256i swiglu16(__m512 gate, __m512 up) {
   return narrow16(_mm512_mul_ps(round_to_bf16(silu), up));
 }
 #endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The same steps as the scalar exp_approx, eight lanes at a time (AVX2).
+inline __m256 exp_approx8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.4426950408889634f), shifter), shifter);
+  const __m256 t = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.6931471805599453f), x);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+#endif
+
+// silu(gate) * up for float32 values, in float32 (F.silu(gate) * up).
+inline void swiglu_f32(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp_approx8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+}
 
 }  // namespace frame_cpu
