@@ -35,6 +35,7 @@ INTO: dict[str, str] = {
     "frame_cpu::ggml_swiglu_repacked": "ggml_swiglu_repacked_into",
     "frame_cpu::kquant_linear": "kquant_linear_into",
     "frame_cpu::silu_and_mul": "silu_and_mul_into",
+    "frame_cpu::packed_linear_f32": "packed_linear_f32_into",
 }
 #: Allocations whose contents are undefined until written: a planned buffer is one.
 EMPTY = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty"})

@@ -105,7 +105,8 @@ def test_the_native_program_and_torchscript_replay_the_same_step_bitwise(dtype: 
     # The platform's kernels with a direct form skip the dispatcher: every planned linear, norm, activation and
     # rotary.
     direct = {"frame_cpu::packed_linear_into", "frame_cpu::packed_linear_float_into", "frame_cpu::packed_swiglu_into",
-              "frame_cpu::add_rms_norm_into", "frame_cpu::rotate_halves_", "frame_cpu::silu_and_mul_into"}
+              "frame_cpu::add_rms_norm_into", "frame_cpu::rotate_halves_", "frame_cpu::silu_and_mul_into",
+              "frame_cpu::packed_linear_f32_into"}
     assert program.num_direct() == sum(call.op._schema.name in direct for call in planned.calls)
     assert 0 < program.num_calls() <= len(planned.calls)
 

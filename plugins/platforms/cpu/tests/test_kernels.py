@@ -290,3 +290,30 @@ def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_t
     odd = Linear(32, 40, False, torch.device("cpu"), torch.float32)
     assert platform.layer_kernel(odd) is None
     assert CpuPlatform(CpuOptions(native_kernels=False)).layer_kernel(linear) is None
+
+
+@needs_avx2_fma
+@pytest.mark.parametrize("rows", [1, 3, 20])
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_packed_float32_linears_run_as_a_team_with_the_plain_ops_bits(rows: int, weight_dtype: torch.dtype) -> None:
+    # A step program's stretch of two float32 linears (their `_into` forms, which a planned replay calls) runs as one
+    # team, each thread taking its share of the panels: bound, from the arguments each run, or each call with its
+    # own parallel region, the plain ops' bits every way.
+    gen = torch.Generator().manual_seed(rows)
+    first, second = (kernels.pack_weight_f32(torch.randn(64, 64, generator=gen).to(weight_dtype)) for _ in range(2))
+    bias = torch.randn(64, generator=gen)
+    x = torch.randn(rows, 64, generator=gen)
+    hidden, out = torch.empty(rows, 64), torch.empty(rows, 64)
+    expected = torch.ops.frame_cpu.packed_linear_f32(torch.ops.frame_cpu.packed_linear_f32(x, first, bias, 64),
+                                                     second, None, 64)
+    program = torch.classes.frame_cpu.StepProgram(0)
+    program.call("frame_cpu::packed_linear_f32_into", "", [x, first, bias, 64, hidden], [-1] * 5, [])
+    program.call("frame_cpu::packed_linear_f32_into", "", [hidden, second, None, 64, out], [-1] * 5, [])
+    program.set_output(out, -1)
+    assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)
+    assert program.num_bound() == 2 * program.num_teams()
+    for teams, bound in ((True, True), (True, False), (False, False)):
+        program.set_teams(teams)
+        program.set_bound(bound)
+        out.zero_()
+        assert torch.equal(program.run(), expected), (teams, bound)

@@ -43,6 +43,7 @@
 #include <immintrin.h>
 #endif
 
+#include "direct_ops.h"
 #include "linear_bias.h"
 
 namespace {
@@ -154,14 +155,18 @@ void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k,
   }
 }
 
-// Every pair of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a last,
-// odd panel alone.
+// The units a product is split in: pairs of panels (a last, odd panel alone).
+inline int64_t product_units(int64_t n) { return (n / kPanel + 1) / 2; }
+
+// Pairs [begin, end) of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a
+// last, odd panel alone.
 template <typename W>
-void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp) {
+void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
+                   int64_t begin, int64_t end) {
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   const int64_t height = (m + tiles - 1) / tiles;
-  const int64_t panels = n / kPanel, pairs = (panels + 1) / 2;
-  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
+  const int64_t panels = n / kPanel;
+  {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t col = 2 * p * kPanel;
       const bool two = 2 * p + 1 < panels;
@@ -175,7 +180,7 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
         else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
       }
     }
-  });
+  }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 
@@ -222,13 +227,17 @@ void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k,
   with_rows(rows, [&](auto r) { tile<decltype(r)::value, W>(x, ldx, panel, k, bias, y, ldy, ahead); });
 }
 
-// Every panel against every row of float32 x (tiles of equal height: 8 rows are two of 4, not 6 and 2, because
-// every tile costs a pass over the panel's weights), into float32 y [m, n].
+// The units a product is split in: panels.
+inline int64_t product_units(int64_t n) { return n / kPanel; }
+
+// Panels [begin, end) against every row of float32 x (tiles of equal height: 8 rows are two of 4, not 6 and 2,
+// because every tile costs a pass over the panel's weights), into float32 y [m, n].
 template <typename W>
-void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp) {
+void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
+                   int64_t begin, int64_t end) {
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   const int64_t height = (m + tiles - 1) / tiles;
-  at::parallel_for(0, n / kPanel, 1, [&](int64_t begin, int64_t end) {
+  {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t col = p * kPanel;
       for (int64_t r = 0; r < m; r += height) {
@@ -240,15 +249,55 @@ void product(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, cons
                   ahead);
       }
     }
-  });
+  }
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// One product of float32 x, checked and resolved to pointers: what the plain op's threads, a team's and a bound
+// record (direct_ops.h) run, a share of the units each. No tensor handle is taken.
+struct F32Product {
+  const float* x;
+  const void* w;
+  const float* bias;
+  float* y;
+  int64_t m, k, n;
+  bool bf16_weight;
+
+  int64_t units() const { return product_units(n); }
+
+  void run(int64_t begin, int64_t end) const {
+    if (m == 0 || begin >= end) return;
+    if (bf16_weight) product_range(x, m, k, static_cast<const uint16_t*>(w), n, bias, y, begin, end);
+    else product_range(x, m, k, static_cast<const float*>(w), n, bias, y, begin, end);
+  }
+};
+
+// Checks the operands: the packed weight (float32, or bfloat16 storage), float32 x [rows, in_features]
+// contiguous, y a contiguous float32 [rows, out_features].
+F32Product make_f32_product(const at::Tensor& x, const at::Tensor& packed, const at::Tensor* bias, int64_t n,
+                            const at::Tensor& y) {
+  TORCH_CHECK(packed.scalar_type() == at::kFloat || packed.scalar_type() == at::kBFloat16,
+              "packed_linear_f32 takes a float32 or bfloat16 packed weight");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "packed_linear_f32 takes x of shape [rows, in_features]");
+  const int64_t m = x.size(0), k = x.size(1);
+  TORCH_CHECK(n % kPanel == 0 && packed.numel() == n * k && packed.is_contiguous(),
+              "the packed weight must hold out_features x in_features with out_features a multiple of 16; pack it "
+              "with frame_platform_cpu.kernels.pack_weight_f32");
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == m && y.size(1) == n && y.is_contiguous() && y.scalar_type() == at::kFloat,
+              "out must be a contiguous float32 [rows, out_features] tensor");
+  return F32Product{x.data_ptr<float>(), packed.data_ptr(), bias_data(bias, n), y.data_ptr<float>(), m, k, n,
+                    packed.scalar_type() == at::kBFloat16};
 }
 #endif
 
 // float32 x and weight: y float32. bfloat16 weight (storage only: this CPU has no bfloat16 dot product): x
 // float32 or bfloat16, widened once, products and sums in float32, y in x's dtype, rounded once at the end as
 // torch's bfloat16 matmuls round.
-at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                             int64_t n) {
+// `into`: the tensor to write y into (a recorded step's planned buffer, of x's dtype), else a new one.
+at::Tensor f32_product(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t n,
+                       const at::Tensor* into) {
 #if defined(__AVX2__) && defined(__FMA__)
   const bool bf16_weight = packed.scalar_type() == at::kBFloat16;
   TORCH_CHECK((packed.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat) ||
@@ -261,21 +310,77 @@ at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, cons
   TORCH_CHECK(n % kPanel == 0 && packed.numel() == n * k,
               "the packed weight must hold out_features x in_features with out_features a multiple of 16; pack it "
               "with frame_platform_cpu.kernels.pack_weight_f32");
-  const float* bias_ptr = bias_data(bias, n);
-  at::Tensor y = at::empty({m, n}, xc.options());
-  if (m == 0) return y.to(x.scalar_type());
+  at::Tensor y = into != nullptr && x.scalar_type() == at::kFloat ? *into : at::empty({m, n}, xc.options());
   const at::Tensor pc = packed.contiguous();
-  if (bf16_weight) {
-    product(xc.data_ptr<float>(), m, k, reinterpret_cast<const uint16_t*>(pc.data_ptr<c10::BFloat16>()), n,
-            bias_ptr, y.data_ptr<float>());
-  } else {
-    product(xc.data_ptr<float>(), m, k, pc.data_ptr<float>(), n, bias_ptr, y.data_ptr<float>());
-  }
-  return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
+  const F32Product product = make_f32_product(xc, pc, bias.has_value() ? &*bias : nullptr, n, y);
+  if (m > 0) at::parallel_for(0, product.units(), 1, [&](int64_t begin, int64_t end) { product.run(begin, end); });
+  if (x.scalar_type() == at::kFloat) return y;
+  if (into == nullptr) return y.to(x.scalar_type());
+  into->copy_(y);  // bfloat16 x: y rounded into the planned buffer
+  return *into;
 #else
   TORCH_CHECK(false, "packed_linear_f32 needs a CPU with AVX2 and FMA; this build has no such instructions");
 #endif
 }
+
+at::Tensor packed_linear_f32(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                             int64_t n) {
+  return f32_product(x, packed, bias, n, nullptr);
+}
+
+// The `_into` form writes into `out` (what the plain form would return): a replayed step's planned buffer.
+void packed_linear_f32_into(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                            int64_t n, at::Tensor& out) {
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n && out.scalar_type() == x.scalar_type(),
+              "out must be a [rows, out_features] tensor of x's dtype");
+  f32_product(x, packed, bias, n, &out);
+}
+
+const frame_cpu::RegisterDirect direct_f32("frame_cpu::packed_linear_f32_into", [](const c10::IValue* const* a) {
+  packed_linear_f32_into(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), a[3]->toInt(),
+                         frame_cpu::written(a[4]));
+});
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Float32 x contiguous, the weight contiguous: a team's threads can share the product; otherwise (bfloat16 x,
+// which is widened first) the plain form runs.
+bool shareable(const c10::IValue* const* a) {
+  return a[0]->toTensor().scalar_type() == at::kFloat && a[0]->toTensor().is_contiguous() &&
+         a[1]->toTensor().is_contiguous();
+}
+
+F32Product f32_product_of(const c10::IValue* const* a) {
+  return make_f32_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->isNone() ? nullptr : &a[2]->toTensor(),
+                          a[3]->toInt(), a[4]->toTensor());
+}
+
+// The team form (direct_ops.h): this thread's share of the units; the first thread alone where they cannot be shared.
+const frame_cpu::RegisterTeam team_f32("frame_cpu::packed_linear_f32_into",
+                                       [](const c10::IValue* const* a, const frame_cpu::Team& team) {
+  if (!shareable(a)) {
+    if (team.thread == 0) f32_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(),
+                                      a[3]->toInt(), &a[4]->toTensor());
+    return;
+  }
+  const F32Product product = f32_product_of(a);
+  const auto [begin, end] = frame_cpu::share(product.units(), team);
+  product.run(begin, end);
+});
+
+// The bound form: the checked F32Product, each thread running its share from it.
+const frame_cpu::RegisterBind bind_f32("frame_cpu::packed_linear_f32_into",
+                                       [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
+  if (!shareable(a)) return false;
+  call.as<F32Product>() = f32_product_of(a);
+  call.shared = true;
+  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
+    const F32Product& product = bound.as<F32Product>();
+    const auto [begin, end] = frame_cpu::share(product.units(), team);
+    product.run(begin, end);
+  };
+  return true;
+});
+#endif
 
 // `weight` [n, k] (float32, or bfloat16 kept as it is) in the layout this build's `packed_linear_f32` reads,
 // flattened: panels of 16 columns, [n / 16][k][16]; on AVX-512 a bfloat16 weight's pairs of panels two columns a
@@ -297,10 +402,12 @@ at::Tensor pack_weight_f32(const at::Tensor& weight) {
 
 TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
   m.def("packed_linear_f32(Tensor x, Tensor packed, Tensor? bias, int out_features) -> Tensor");
+  m.def("packed_linear_f32_into(Tensor x, Tensor packed, Tensor? bias, int out_features, Tensor(a!) out) -> ()");
   m.def("pack_weight_f32(Tensor weight) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(frame_cpu, CPU, m) {
   m.impl("packed_linear_f32", &packed_linear_f32);
+  m.impl("packed_linear_f32_into", &packed_linear_f32_into);
   m.impl("pack_weight_f32", &pack_weight_f32);
 }
