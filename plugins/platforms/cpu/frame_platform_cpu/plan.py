@@ -37,6 +37,10 @@ INTO: dict[str, str] = {
     "frame_cpu::silu_and_mul": "silu_and_mul_into",
     "frame_cpu::packed_linear_f32": "packed_linear_f32_into",
 }
+#: Ops whose ``_into`` form is used only for outputs of these dtypes: the packed float32 linear shares its panels
+#: over a team for float32 x, while bfloat16 x (bfloat16-storage weights) is widened first and would run on the
+#: team's first thread alone, so it stays the plain op, outside the teams, each call with both threads.
+INTO_DTYPES: dict[str, tuple[torch.dtype, ...]] = {"frame_cpu::packed_linear_f32": (torch.float32,)}
 #: Allocations whose contents are undefined until written: a planned buffer is one.
 EMPTY = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty"})
 #: At most this many bytes of planned buffers per recorded step (SmolLM2: about 0.4 MiB a decode row).
@@ -88,7 +92,8 @@ def plan(recording: Recording) -> Recording:
                 buffer(slots[0])
                 owned += 0 if fixed_root else recording.made[slots[0].index].untyped_storage().nbytes()
                 continue
-            if name in INTO and not kwargs:
+            dtypes = INTO_DTYPES.get(name)
+            if name in INTO and not kwargs and (dtypes is None or recording.made[slots[0].index].dtype in dtypes):
                 outs = tuple(buffer(s) for s in slots)
                 owned += sum(recording.made[s.index].untyped_storage().nbytes() for s in slots)
                 calls.append(Call(_into_op(name), (*args, *outs), {}, None))
