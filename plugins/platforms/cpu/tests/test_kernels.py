@@ -295,7 +295,8 @@ def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_t
 @needs_avx2_fma
 @pytest.mark.parametrize("rows", [1, 3, 20])
 @pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
-def test_packed_float32_linears_run_as_a_team_with_the_plain_ops_bits(rows: int, weight_dtype: torch.dtype) -> None:
+def test_packed_float32_linears_run_as_a_team_with_the_plain_ops_bits(rows: int, weight_dtype: torch.dtype,
+                                                                      runs_every_way) -> None:
     # A step program's stretch of two float32 linears (their `_into` forms, which a planned replay calls) runs as one
     # team, each thread taking its share of the panels: bound, from the arguments each run, or each call with its
     # own parallel region, the plain ops' bits every way.
@@ -312,8 +313,4 @@ def test_packed_float32_linears_run_as_a_team_with_the_plain_ops_bits(rows: int,
     program.set_output(out, -1)
     assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)
     assert program.num_bound() == 2 * program.num_teams()
-    for teams, bound in ((True, True), (True, False), (False, False)):
-        program.set_teams(teams)
-        program.set_bound(bound)
-        out.zero_()
-        assert torch.equal(program.run(), expected), (teams, bound)
+    runs_every_way(program, out, expected)

@@ -149,7 +149,7 @@ def test_the_kernel_declines_other_inputs() -> None:
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])
-def test_kquant_products_run_as_a_team_with_the_plain_ops_bits(rows: int) -> None:
+def test_kquant_products_run_as_a_team_with_the_plain_ops_bits(rows: int, runs_every_way) -> None:
     # Two K-quant linears in a row (their `_into` form, which a planned replay calls) run in a step program as one
     # team: each thread quantizes x (a lone row for itself, more rows a share each into the team's scratch), then
     # takes its columns. Bound from records, from the arguments each run, or each call with its own parallel
@@ -170,8 +170,4 @@ def test_kquant_products_run_as_a_team_with_the_plain_ops_bits(rows: int) -> Non
         program.call("frame_cpu::kquant_linear_into", "", [hidden, second, q6_k, bias, path, out], [-1] * 6, [])
         program.set_output(out, -1)
         assert program.num_bound() == 2 * program.num_teams()
-        for teams, bound in ((True, True), (True, False), (False, False)):
-            program.set_teams(teams)
-            program.set_bound(bound)
-            out.zero_()
-            assert torch.equal(program.run(), expected), (path, teams, bound)
+        runs_every_way(program, out, expected, path)

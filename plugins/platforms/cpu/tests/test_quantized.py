@@ -295,7 +295,7 @@ def test_weight_only_int8_and_tiny_scales_decline() -> None:
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 3, 20])
-def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows: int) -> None:
+def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows: int, runs_every_way) -> None:
     # A step program's stretch of a repacked linear and a SwiGLU (their `_into` forms, which a planned replay calls;
     # with AVX2, which has no SwiGLU epilogue, a second linear) runs as one team: each thread quantizes x (a lone row
     # for itself, more rows a share each into the team's scratch), then takes its groups. Bound from records, from
@@ -319,8 +319,4 @@ def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows:
     program.set_output(out, -1)
     assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)
     assert program.num_bound() == 2 * program.num_teams()
-    for teams, bound in ((True, True), (True, False), (False, False)):
-        program.set_teams(teams)
-        program.set_bound(bound)
-        out.zero_()
-        assert torch.equal(program.run(), expected), (teams, bound)
+    runs_every_way(program, out, expected)

@@ -166,19 +166,17 @@ void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   const int64_t height = (m + tiles - 1) / tiles;
   const int64_t panels = n / kPanel;
-  {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = 2 * p * kPanel;
-      const bool two = 2 * p + 1 < panels;
-      for (int64_t r = 0; r < m; r += height) {
-        const int rows = static_cast<int>(std::min<int64_t>(height, m - r));
-        // The next pair, when this thread has one of two panels (a last, odd panel is not asked for ahead).
-        const bool next_pair = p + 1 < end && 2 * p + 3 < panels;
-        const W* ahead = r == 0 && height < m && next_pair ? wp + (col + 2 * kPanel) * k : nullptr;
-        const float* bias = bias_ptr ? bias_ptr + col : nullptr;
-        if (two) tile_rows<2, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, ahead);
-        else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
-      }
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t col = 2 * p * kPanel;
+    const bool two = 2 * p + 1 < panels;
+    for (int64_t r = 0; r < m; r += height) {
+      const int rows = static_cast<int>(std::min<int64_t>(height, m - r));
+      // The next pair, when this thread has one of two panels (a last, odd panel is not asked for ahead).
+      const bool next_pair = p + 1 < end && 2 * p + 3 < panels;
+      const W* ahead = r == 0 && height < m && next_pair ? wp + (col + 2 * kPanel) * k : nullptr;
+      const float* bias = bias_ptr ? bias_ptr + col : nullptr;
+      if (two) tile_rows<2, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, ahead);
+      else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
     }
   }
 }
@@ -237,17 +235,15 @@ void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n
                    int64_t begin, int64_t end) {
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
   const int64_t height = (m + tiles - 1) / tiles;
-  {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel;
-      for (int64_t r = 0; r < m; r += height) {
-        const int rows = static_cast<int>(std::min<int64_t>(height, m - r));
-        // With more than one row tile, the first one also fetches the next panel, so that panel's first pass
-        // computes from the caches instead of waiting on memory (the later passes already do).
-        const W* ahead = r == 0 && height < m && p + 1 < end ? wp + (col + kPanel) * k : nullptr;
-        tile_rows(rows, xp + r * k, k, wp + col * k, k, bias_ptr ? bias_ptr + col : nullptr, yp + r * n + col, n,
-                  ahead);
-      }
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t col = p * kPanel;
+    for (int64_t r = 0; r < m; r += height) {
+      const int rows = static_cast<int>(std::min<int64_t>(height, m - r));
+      // With more than one row tile, the first one also fetches the next panel, so that panel's first pass
+      // computes from the caches instead of waiting on memory (the later passes already do).
+      const W* ahead = r == 0 && height < m && p + 1 < end ? wp + (col + kPanel) * k : nullptr;
+      tile_rows(rows, xp + r * k, k, wp + col * k, k, bias_ptr ? bias_ptr + col : nullptr, yp + r * n + col, n,
+                ahead);
     }
   }
 }
