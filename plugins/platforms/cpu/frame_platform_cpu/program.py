@@ -12,9 +12,10 @@ binding rules are the TorchScript replay's, one function for both (:func:`~frame
 op that returned its input is left out, ``detach`` is a copy of the handle, a view is one ``as_strided`` of its
 root where a non-view reads it.
 
-A stretch of direct calls with two or more team forms among them (a layer's linears, norms and rotary between two
-attention calls) runs in one parallel region, the threads meeting at a spin barrier after each call, rather than
-each kernel opening its own (``teams``, the platform's ``step_teams`` option).
+A stretch of direct calls with two or more anchors among them (``csrc/direct_ops.h``'s ``Stretch``: a layer's
+linears, with its norms and rotary between two attention calls) runs in one parallel region, the threads meeting at
+a spin barrier after each call, rather than each kernel opening its own (``teams``, the platform's ``step_teams``
+option).
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class _Builder:
 
 def build_program(recording: Recording, teams: bool = True) -> Any:
     """A ``frame_cpu.StepProgram`` that runs ``recording``; :class:`NotRecordable` where one cannot express it.
-    ``teams``: run each stretch of direct calls holding two or more team forms in one parallel region, the threads
-    meeting at a spin barrier after each call (``csrc/step_program.cpp``); off, each kernel opens its own."""
+    ``teams``: run each stretch of direct calls holding two or more anchors (linears) in one parallel region, the
+    threads meeting at a spin barrier after each call (``csrc/step_program.cpp``); off, each kernel opens its own."""
     if recording.output is None:
         raise NotRecordable("the step has no output")
     kernels.load()

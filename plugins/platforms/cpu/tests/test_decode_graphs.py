@@ -316,7 +316,7 @@ class Chain(nn.Module):
 
 _NO_PACKED_BF16 = pytest.mark.skipif(
     _WHY_NOT is not None or probe.bf16_path() != "avx512_bf16" or kernels.amx_usable(),
-    reason="the team forms are the AVX-512 BF16 packed linears' (an AMX CPU's bfloat16 linears are its tiles')")
+    reason="the anchors are the AVX-512 BF16 packed linears' (an AMX CPU's bfloat16 linears are its tiles')")
 
 
 @_NO_PACKED_BF16

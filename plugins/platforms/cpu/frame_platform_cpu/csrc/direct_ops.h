@@ -39,33 +39,21 @@ struct Team {
   TeamShared* shared = nullptr;
 };
 
-// Waits for the team's other threads (returns at once in a team of one). A team op that calls it must call it as
-// many times on every thread, and raise on every thread or on none before it.
+// Waits for the team's other threads (returns at once in a team of one). A bound call that uses it must call it
+// as many times on every thread, and raise on every thread or on none before it.
 void team_sync(const Team& team);
 
 // At least `bytes` of scratch that the team's threads share for the current call (64-byte aligned): every thread
 // asks for the same size, and it syncs. A team of one gets its thread's own buffer.
 void* team_scratch(const Team& team, size_t bytes);
 
-// An op's share of the work for one thread of a team, which every thread of the team calls with the same
-// arguments; the program puts a barrier after it (an op with phases, such as quantizing x before the product,
-// meets the others in between with team_sync). It must not make or drop a tensor handle (a reference count shared
-// by the threads) or call at::parallel_for, and it takes its inputs contiguous.
-using TeamOp = void (*)(const c10::IValue* const* args, const Team& team);
-
-// "frame_cpu::<name>" -> its team form; filled by RegisterTeam at load. A direct op without one runs on the team's
-// first thread while the others wait.
-std::unordered_map<std::string, TeamOp>& team_ops();
-
-struct RegisterTeam {
-  RegisterTeam(const char* name, TeamOp op) { team_ops().emplace(name, op); }
-};
-
-// A direct call whose operands were checked and resolved once, when the program planned its teams: pointers and
-// sizes in one small record. A team's call then reads its record, one line or two in a row of them, where the
-// direct form walks each tensor argument (the IValue, the TensorImpl, its storage), every step a chain of cache
-// misses once the weights have streamed through. A record holds no tensor handle: it stays valid while the program
-// holds its constants and their storage stays where it is (weights, the KV pool, the planned buffers).
+// A direct call whose operands were checked and resolved to pointers and sizes in one small record: what a team's
+// threads run, each its share. A call whose arguments are all the program's constants is bound once, when the
+// program plans its teams; a team's call then reads its record, one line or two in a row of them, where the direct
+// form walks each tensor argument (the IValue, the TensorImpl, its storage), every step a chain of cache misses once
+// the weights have streamed through. A call that reads a tensor the run makes is bound by each thread as the call
+// comes. A record holds no tensor handle (a reference count the threads would share): it stays valid while the
+// program holds its constants and their storage stays where it is (weights, the KV pool, the planned buffers).
 struct BoundCall {
   static constexpr size_t kStateBytes = 176;
 
@@ -85,15 +73,28 @@ struct BoundCall {
   }
 };
 
-// Checks the arguments (all constants, in schema order) and fills `call`; false (or an error) where these operands
-// cannot be bound, and the program calls the direct or team form each run instead.
+// Checks the arguments (in schema order) and fills `call`; false where these operands cannot be shared (x not
+// contiguous: the direct form makes a copy), and a team's first thread runs the direct form while the others wait;
+// an error where the direct form would raise one. It must not make or drop a tensor handle or call
+// at::parallel_for: every thread of a team may call it with the same arguments.
 using BindOp = bool (*)(const c10::IValue* const* args, BoundCall& call);
 
+// How a bound op counts when the program looks for stretches to run as teams. A team's region and barriers pay
+// for themselves where a stretch holds at least two calls that split big work (kAnchors: the linears, the argmax
+// over the vocabulary); light calls (kJoins: a norm, an activation) take their share inside a stretch but do not
+// make one.
+enum class Stretch { kJoins, kAnchors };
+
+struct BindForm {
+  BindOp bind;
+  Stretch stretch;
+};
+
 // "frame_cpu::<name>" -> its binder; filled by RegisterBind at load.
-std::unordered_map<std::string, BindOp>& bind_ops();
+std::unordered_map<std::string, BindForm>& bind_ops();
 
 struct RegisterBind {
-  RegisterBind(const char* name, BindOp op) { bind_ops().emplace(name, op); }
+  RegisterBind(const char* name, BindOp op, Stretch stretch) { bind_ops().emplace(name, BindForm{op, stretch}); }
 };
 
 // [begin, end) of `n` items for this thread: contiguous, as even as they divide.

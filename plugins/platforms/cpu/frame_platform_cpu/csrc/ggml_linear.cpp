@@ -773,7 +773,7 @@ void ggml_swiglu_repacked_into(const at::Tensor& x, const at::Tensor& qs, const 
   repacked_product(x, qs, scales, format, 2 * intermediate, bias, true, &out);
 }
 
-// Direct, team and bound forms (direct_ops.h) of the `_into` ops: arguments x, qs, scales, format, out_features
+// Direct and bound forms (direct_ops.h) of the `_into` ops: arguments x, qs, scales, format, out_features
 // (intermediate when gated), bias, out.
 const frame_cpu::RegisterDirect direct_repacked("frame_cpu::ggml_linear_repacked_into",
                                                 [](const c10::IValue* const* a) {
@@ -793,16 +793,6 @@ Repacked repacked_of(const c10::IValue* const* a, bool gated) {
                        a[6]->toTensor());
 }
 
-void team_repacked_call(const c10::IValue* const* a, const frame_cpu::Team& team, bool gated) {
-  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
-    if (team.thread == 0) repacked_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toTensor(), a[3]->toInt(),
-                                           gated ? 2 * a[4]->toInt() : a[4]->toInt(), a[5]->toOptional<at::Tensor>(),
-                                           gated, &a[6]->toTensor());
-    return;
-  }
-  team_repacked(repacked_of(a, gated), team);
-}
-
 bool bind_repacked(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool gated) {
   if (!a[0]->toTensor().is_contiguous()) return false;
   call.as<Repacked>() = repacked_of(a, gated);
@@ -813,14 +803,12 @@ bool bind_repacked(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool
   return true;
 }
 
-const frame_cpu::RegisterTeam team_linear_repacked("frame_cpu::ggml_linear_repacked_into",
-    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_repacked_call(a, team, false); });
-const frame_cpu::RegisterTeam team_swiglu_repacked("frame_cpu::ggml_swiglu_repacked_into",
-    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_repacked_call(a, team, true); });
 const frame_cpu::RegisterBind bind_linear_repacked("frame_cpu::ggml_linear_repacked_into",
-    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, false); });
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, false); },
+    frame_cpu::Stretch::kAnchors);
 const frame_cpu::RegisterBind bind_swiglu_repacked("frame_cpu::ggml_swiglu_repacked_into",
-    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, true); });
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_repacked(a, call, true); },
+    frame_cpu::Stretch::kAnchors);
 #endif
 
 // True when this build reads the repacked layout: AVX-512 VNNI, or AVX2 (the CPU has it and the compiler emitted it).

@@ -426,7 +426,7 @@ void kquant_linear_into(const at::Tensor& x, const at::Tensor& blocks, int64_t f
   kquant_product(x, blocks, format, bias, path, &out);
 }
 
-// Direct, team and bound forms (direct_ops.h) of kquant_linear_into: arguments x, blocks, format, bias, path, out.
+// Direct and bound forms (direct_ops.h) of kquant_linear_into: arguments x, blocks, format, bias, path, out.
 Kquant kquant_of(const c10::IValue* const* a) {
   return make_kquant(a[0]->toTensor(), a[1]->toTensor(), a[2]->toInt(), a[3]->isNone() ? nullptr : &a[3]->toTensor(),
                      a[4]->toInt(), a[5]->toTensor());
@@ -437,16 +437,6 @@ const frame_cpu::RegisterDirect direct_kquant("frame_cpu::kquant_linear_into", [
                      frame_cpu::written(a[5]));
 });
 
-const frame_cpu::RegisterTeam team_kquant_form("frame_cpu::kquant_linear_into",
-                                               [](const c10::IValue* const* a, const frame_cpu::Team& team) {
-  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
-    if (team.thread == 0) kquant_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toInt(),
-                                         a[3]->toOptional<at::Tensor>(), a[4]->toInt(), &a[5]->toTensor());
-    return;
-  }
-  team_kquant(kquant_of(a), team);
-});
-
 const frame_cpu::RegisterBind bind_kquant("frame_cpu::kquant_linear_into",
                                           [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   if (!a[0]->toTensor().is_contiguous()) return false;
@@ -454,7 +444,7 @@ const frame_cpu::RegisterBind bind_kquant("frame_cpu::kquant_linear_into",
   call.shared = true;
   call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) { team_kquant(bound.as<Kquant>(), team); };
   return true;
-});
+}, frame_cpu::Stretch::kAnchors);
 
 }  // namespace
 

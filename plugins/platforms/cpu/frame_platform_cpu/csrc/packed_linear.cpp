@@ -302,21 +302,8 @@ const RegisterDirect direct_swiglu("frame_cpu::packed_swiglu_into", [](const c10
 });
 
 #if defined(__AVX512BF16__)
-// Team forms (direct_ops.h): this thread's contiguous share of the panels, into the planned buffer.
-void team_product(const c10::IValue* const* a, const frame_cpu::Team& team, bool gated, bool float_out) {
-  const int64_t n = gated ? 2 * a[3]->toInt() : a[3]->toInt();
-  if (!a[0]->toTensor().is_contiguous()) {  // the plain form makes a contiguous copy: the first thread alone
-    if (team.thread == 0) packed_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(), n, gated,
-                                         float_out, &a[4]->toTensor());
-    return;
-  }
-  const Product product = make_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->isNone() ? nullptr : &a[2]->toTensor(),
-                                       n, gated, float_out, a[4]->toTensor());
-  const auto [begin, end] = frame_cpu::share(product.panels, team);
-  if (product.m > 0 && begin < end) product.run(begin, end);
-}
-
-// Bound forms (direct_ops.h): the checked Product, each thread running its share of the panels from it.
+// Bound forms (direct_ops.h): the checked Product, each thread running its contiguous share of the panels from it
+// into the planned buffer.
 bool bind_product(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool gated, bool float_out) {
   if (!a[0]->toTensor().is_contiguous()) return false;
   const int64_t n = gated ? 2 * a[3]->toInt() : a[3]->toInt();
@@ -332,18 +319,14 @@ bool bind_product(const c10::IValue* const* a, frame_cpu::BoundCall& call, bool 
 }
 
 const frame_cpu::RegisterBind bind_linear("frame_cpu::packed_linear_into",
-    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, false); });
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, false); },
+    frame_cpu::Stretch::kAnchors);
 const frame_cpu::RegisterBind bind_linear_float("frame_cpu::packed_linear_float_into",
-    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, true); });
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, false, true); },
+    frame_cpu::Stretch::kAnchors);
 const frame_cpu::RegisterBind bind_swiglu("frame_cpu::packed_swiglu_into",
-    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, true, false); });
-
-const frame_cpu::RegisterTeam team_linear("frame_cpu::packed_linear_into",
-    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, false, false); });
-const frame_cpu::RegisterTeam team_linear_float("frame_cpu::packed_linear_float_into",
-    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, false, true); });
-const frame_cpu::RegisterTeam team_swiglu("frame_cpu::packed_swiglu_into",
-    [](const c10::IValue* const* a, const frame_cpu::Team& team) { team_product(a, team, true, false); });
+    [](const c10::IValue* const* a, frame_cpu::BoundCall& call) { return bind_product(a, call, true, false); },
+    frame_cpu::Stretch::kAnchors);
 #endif
 
 }  // namespace

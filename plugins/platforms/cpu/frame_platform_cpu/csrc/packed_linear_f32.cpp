@@ -339,7 +339,7 @@ const frame_cpu::RegisterDirect direct_f32("frame_cpu::packed_linear_f32_into", 
 
 #if defined(__AVX2__) && defined(__FMA__)
 // Float32 x contiguous, the weight contiguous: a team's threads can share the product; otherwise (bfloat16 x,
-// which is widened first) the plain form runs.
+// which is widened first) the plain form runs on the team's first thread.
 bool shareable(const c10::IValue* const* a) {
   return a[0]->toTensor().scalar_type() == at::kFloat && a[0]->toTensor().is_contiguous() &&
          a[1]->toTensor().is_contiguous();
@@ -350,20 +350,7 @@ F32Product f32_product_of(const c10::IValue* const* a) {
                           a[3]->toInt(), a[4]->toTensor());
 }
 
-// The team form (direct_ops.h): this thread's share of the units; the first thread alone where they cannot be shared.
-const frame_cpu::RegisterTeam team_f32("frame_cpu::packed_linear_f32_into",
-                                       [](const c10::IValue* const* a, const frame_cpu::Team& team) {
-  if (!shareable(a)) {
-    if (team.thread == 0) f32_product(a[0]->toTensor(), a[1]->toTensor(), a[2]->toOptional<at::Tensor>(),
-                                      a[3]->toInt(), &a[4]->toTensor());
-    return;
-  }
-  const F32Product product = f32_product_of(a);
-  const auto [begin, end] = frame_cpu::share(product.units(), team);
-  product.run(begin, end);
-});
-
-// The bound form: the checked F32Product, each thread running its share from it.
+// The bound form (direct_ops.h): the checked F32Product, each thread running its share of the units from it.
 const frame_cpu::RegisterBind bind_f32("frame_cpu::packed_linear_f32_into",
                                        [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   if (!shareable(a)) return false;
@@ -375,7 +362,7 @@ const frame_cpu::RegisterBind bind_f32("frame_cpu::packed_linear_f32_into",
     product.run(begin, end);
   };
   return true;
-});
+}, frame_cpu::Stretch::kAnchors);
 #endif
 
 // `weight` [n, k] (float32, or bfloat16 kept as it is) in the layout this build's `packed_linear_f32` reads,

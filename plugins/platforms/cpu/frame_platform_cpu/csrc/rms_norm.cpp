@@ -193,7 +193,7 @@ const frame_cpu::RegisterBind bind_add_rms_norm("frame_cpu::add_rms_norm_into",
     rows.run(begin, end);
   };
   return true;
-});
+}, frame_cpu::Stretch::kJoins);
 
 }  // namespace
 

@@ -156,13 +156,6 @@ const frame_cpu::RegisterDirect direct_argmax("frame_cpu::row_argmax_into", [](c
   row_argmax_into(a[0]->toTensor(), frame_cpu::written(a[1]));
 });
 
-const frame_cpu::RegisterTeam team_argmax("frame_cpu::row_argmax_into",
-                                          [](const c10::IValue* const* a, const frame_cpu::Team& team) {
-  check_argmax(a[0]->toTensor(), a[1]->toTensor());
-  const auto [begin, end] = frame_cpu::share(a[0]->toTensor().size(0), team);
-  argmax_rows(a[0]->toTensor(), a[1]->toTensor(), begin, end);
-});
-
 // The bound form (direct_ops.h): the checked pointers, each thread of a team taking its share of the rows.
 struct BoundArgmax {
   const float* logits;
@@ -183,7 +176,7 @@ const frame_cpu::RegisterBind bind_argmax("frame_cpu::row_argmax_into",
     for (int64_t r = begin; r < end; ++r) b.out[r] = argmax_row(b.logits + r * b.stride, b.columns);
   };
   return true;
-});
+}, frame_cpu::Stretch::kAnchors);
 
 }  // namespace
 

@@ -110,7 +110,7 @@ const frame_cpu::RegisterBind bind_silu_and_mul("frame_cpu::silu_and_mul_into",
     act.run(begin, end);
   };
   return true;
-});
+}, frame_cpu::Stretch::kJoins);
 
 }  // namespace
 

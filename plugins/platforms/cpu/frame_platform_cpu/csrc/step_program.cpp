@@ -7,10 +7,10 @@
 // attention backend's) through the dispatcher with a boxed stack, as TorchScript's interpreter would, without the
 // interpreter's per-instruction work.
 //
-// A stretch of direct calls with at least two team forms among them (a layer's output projection, norm, SwiGLU,
-// down projection, norm, QKV and rotary, between two attention calls) runs in one parallel region: every thread
-// walks the stretch, a call with a team form gives each thread its share, any other runs on the first thread, and
-// the threads meet at a spin barrier after each. Each linear opening and closing its own OpenMP region cost 3-4 us
+// A stretch of direct calls with at least two anchors among them (products a team splits: direct_ops.h's Stretch;
+// a layer's output projection, norm, SwiGLU, down projection, norm, QKV and rotary, between two attention calls)
+// runs in one parallel region: every thread walks the stretch, a call with a binder gives each thread its share,
+// any other runs on the first thread, and the threads meet at a spin barrier after each. Each linear opening and closing its own OpenMP region cost 3-4 us
 // a call with the threads on two Zen 4 CCDs (the worker starting 1.2 us late, a futex wake at each libgomp
 // barrier); a spin barrier costs the cache line's round trip.
 
@@ -44,13 +44,8 @@ std::unordered_map<std::string, DirectOp>& direct_ops() {
   return ops;
 }
 
-std::unordered_map<std::string, TeamOp>& team_ops() {
-  static std::unordered_map<std::string, TeamOp> ops;
-  return ops;
-}
-
-std::unordered_map<std::string, BindOp>& bind_ops() {
-  static std::unordered_map<std::string, BindOp> ops;
+std::unordered_map<std::string, BindForm>& bind_ops() {
+  static std::unordered_map<std::string, BindForm> ops;
   return ops;
 }
 
@@ -116,8 +111,8 @@ enum class ListKind { kNone, kTensors, kOptionalTensors };
 struct Instruction {
   std::optional<c10::OperatorHandle> op;  // empty: a copy of one value into a slot (a rename, `detach`)
   DirectOp direct = nullptr;
-  TeamOp team = nullptr;                  // the direct op's share for one thread of a team (direct_ops.h)
-  BindOp bind = nullptr;                  // the direct op's binder, for a call inside a team stretch
+  BindOp bind = nullptr;                  // the direct op's binder (direct_ops.h): its share for a team's thread
+  bool anchors = false;                   // its binder's Stretch::kAnchors: two of them make a team stretch
   std::vector<c10::IValue> constants;     // per argument: its value, or None where it reads a slot
   std::vector<int64_t> reads;             // per argument: the slot it reads, or -1 for its constant
   std::vector<int64_t> writes;            // per returned value: the slot it fills, or -1 when dropped
@@ -146,10 +141,11 @@ class StepProgram : public torch::CustomClassHolder {
     if (found != direct_ops().end() && (overload.empty() || overload == "default") && writes.empty() &&
         constants.size() <= kMaxDirectArgs) {
       instruction.direct = found->second;
-      const auto team = team_ops().find(name);
-      if (team != team_ops().end()) instruction.team = team->second;
       const auto bind = bind_ops().find(name);
-      if (bind != bind_ops().end()) instruction.bind = bind->second;
+      if (bind != bind_ops().end()) {
+        instruction.bind = bind->second.bind;
+        instruction.anchors = bind->second.stretch == Stretch::kAnchors;
+      }
     }
     const auto& returns = instruction.op->schema().returns();
     instruction.unpacks = returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType;
@@ -286,7 +282,7 @@ class StepProgram : public torch::CustomClassHolder {
     bound_.assign(code_.size(), BoundCall{});
     for (size_t i = 0; i < code_.size();) {
       size_t end = i, shared = 0;
-      while (end < code_.size() && code_[end].direct != nullptr) shared += code_[end++].team != nullptr;
+      while (end < code_.size() && code_[end].direct != nullptr) shared += code_[end++].anchors;
       if (shared >= 2) {
         team_ends_[i] = end;
         for (size_t j = i; j < end; ++j) is_bound_[j] = bind(code_[j], bound_[j]);
@@ -295,6 +291,7 @@ class StepProgram : public torch::CustomClassHolder {
     }
   }
 
+  // Binds a call whose arguments are all constants, once.
   static bool bind(const Instruction& instruction, BoundCall& call) {
     if (instruction.bind == nullptr) return false;
     for (const int64_t slot : instruction.reads)
@@ -322,15 +319,18 @@ class StepProgram : public torch::CustomClassHolder {
       for (size_t i = begin; i < end; ++i) {
         const Instruction& instruction = code_[i];
         if (!failed.load(std::memory_order_relaxed) && bound_on_ && is_bound_[i]) {  // checked when bound: no throw
-          const BoundCall& call = bound_[i];
-          if (call.shared) call.run(call, team);
-          else if (team.thread == 0) call.run(call, Team{0, 1});
+          run_bound(bound_[i], team);
         } else if (!failed.load(std::memory_order_relaxed)) {
           try {
             const c10::IValue* args[kMaxDirectArgs];
             for (size_t j = 0; j < instruction.constants.size(); ++j) args[j] = value(instruction, j);
-            if (instruction.team != nullptr) instruction.team(args, team);
-            else if (team.thread == 0) instruction.direct(args);
+            // Each thread binds the same arguments to the same record; where they cannot be shared, the first
+            // thread runs the direct form.
+            BoundCall call;
+            if (instruction.bind != nullptr && instruction.bind(args, call) && call.run != nullptr)
+              run_bound(call, team);
+            else if (team.thread == 0)
+              instruction.direct(args);
           } catch (...) {
             if (!failed.exchange(true)) error = std::current_exception();
           }
@@ -339,6 +339,11 @@ class StepProgram : public torch::CustomClassHolder {
       }
     }
     if (error) std::rethrow_exception(error);
+  }
+
+  static void run_bound(const BoundCall& call, const Team& team) {
+    if (call.shared) call.run(call, team);
+    else if (team.thread == 0) call.run(call, Team{0, 1});
   }
 
   const c10::IValue* value(const Instruction& instruction, size_t i) const {
