@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = {"model": str(engine.source.path), "threads": args.threads, "n_ctx": args.max_model_len,
                     "prompts": [list(r.prompt_token_ids) for r in requests],
                     "max_tokens": [r.params.max_tokens for r in requests],
-                    "chunks": chunks(token_ids(tokenizer), args.n_ctx, bos_of(tokenizer)),
+                    # Only --perplexity tokenizes the shipped text: a file whose vocabulary cannot encode it still runs.
+                    "chunks": chunks(token_ids(tokenizer), args.n_ctx, bos_of(tokenizer)) if args.perplexity else [],
                     "extra_buffers": args.llamacpp_extra_buffers, "prefill": args.llamacpp_prefill,
                     # Scoring prefills whole chunks: batched, so without the buffers where prefill must go by token.
                     "score_extra_buffers": args.llamacpp_extra_buffers and args.llamacpp_prefill == "batch",

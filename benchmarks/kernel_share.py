@@ -1,7 +1,7 @@
 """Where a decode token's wall time goes, sampled by Linux perf: the kernels, OpenMP's waits, everything else.
 
     .venv/bin/python benchmarks/kernel_share.py [--workload single_stream] [--dtype bfloat16] [--seconds 10]
-        [--num-continuous-decode-steps 1]
+        [--num-continuous-decode-steps 1] [--model FILE.gguf]
 
 torch.profiler times every op call and adds its own cost to each (about 430 calls a SmolLM2 decode step), so its
 "outside the kernels" share overstates what a step spends there. This samples instead: a child process drives the
@@ -40,8 +40,9 @@ CHILD = textwrap.dedent("""
     from frame.config import build_config
     from frame.engine.core.engine_core import EngineCore
     from frame.workloads import load_workloads
-    workload, dtype, quantization, steps = sys.argv[1:5]
-    engine = EngineCore(build_config(None, dtype=dtype, quantization=quantization,
+    workload, dtype, quantization, steps, model = sys.argv[1:6]
+    chosen = {"model": model} if model else {}
+    engine = EngineCore(build_config(None, dtype=dtype, quantization=quantization, **chosen,
                                      num_continuous_decode_steps=int(steps)))
     requests = load_workloads().get(workload).generate(engine.source.tokenizer, 0)
     warm_up(engine)
@@ -64,6 +65,7 @@ def classify(dso: str, symbol: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="", help="a checkpoint or .gguf file (default: the bundled SmolLM2)")
     parser.add_argument("--workload", default="single_stream")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--quantization", default="none")
@@ -77,7 +79,7 @@ def main() -> int:
         console.print("[red]perf is not installed[/red]: install linux-perf (Debian) or linux-tools to sample.")
         return 1
     child = subprocess.Popen([sys.executable, "-c", CHILD, args.workload, args.dtype, args.quantization,
-                              str(args.num_continuous_decode_steps)],
+                              str(args.num_continuous_decode_steps), args.model],
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     try:

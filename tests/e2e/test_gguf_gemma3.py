@@ -67,3 +67,30 @@ def test_the_file_serves_as_gemma3_packed_by_default_and_dense_on_request(gemma3
     assert ready_message(packed.engine, os.getpid()).quantization == ("gguf" if kernels else None)
     assert len(packed.generate({"prompt_token_ids": PROMPT}, params)[0].outputs[0].token_ids) == 8
     packed.shutdown()
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_recorded_decode_steps_read_each_kv_groups_tables(gemma3, steps: int) -> None:
+    """Gemma 3's windowed layers keep their KV in groups of their own, each with its block tables: a recorded
+    decode step fills every group's slots and tables (``DecodeGraphs``), and gives the eager step's tokens past the
+    window and across blocks, with padding rows and with continuous decode steps (each moving every group's
+    slots)."""
+    _, path = gemma3
+    prompts = [PROMPT, [*PROMPT, *PROMPT[:7]], [*PROMPT, *PROMPT, *PROMPT]]  # 10, 17 and 30 tokens: bucket 4
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    args = dict(model=str(path), dtype="float32", max_model_len=64, max_num_seqs=4, num_continuous_decode_steps=steps)
+
+    def tokens(llm: LLM) -> list[list[int]]:
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+        return [o.outputs[0].token_ids for o in outputs]
+
+    eager_llm = LLM(**args, cuda_graphs=False)
+    eager = tokens(eager_llm)
+    eager_llm.shutdown()
+    llm = LLM(**args)
+    runner = llm.engine.executor.worker.runner
+    assert runner.kv_groups.num_groups > 1 and runner.graphs is not None
+    assert len(runner.graphs.block_tables) == runner.kv_groups.num_groups
+    assert tokens(llm) == eager
+    assert runner.graphs.replays[4].calls > 100  # recorded natively, not run eagerly
+    llm.shutdown()

@@ -3,10 +3,11 @@
 A platform that can record a step (CUDA graphs) answers :meth:`~frame.interfaces.platform.Platform.capture_graph`
 with a replay function; an attention backend whose kernels take every per-step value from device tensors (never
 from host lists) sets ``supports_graphs``. The runner then keeps fixed-capacity device buffers (ids, positions,
-slot mapping, context lengths, block tables at full width) and, for a pure decode step of ``n`` requests, copies
-the step's values into their first ``n`` rows, pads the rest of the bucket with a scratch block that no request
-owns, and replays the bucket's graph. Launch overheads (hundreds of kernels per step) vanish; the sampler still
-runs eagerly on the first ``n`` rows of logits, except where the platform has a greedy kernel
+slot mapping, context lengths, block tables at full width; a model whose layers keep KV in several groups, such as
+Gemma's windowed layers, has a slot mapping and block tables per group) and, for a pure decode step of ``n``
+requests, copies the step's values into their first ``n`` rows, pads the rest of the bucket with a scratch block
+that no request owns, and replays the bucket's graph. Launch overheads (hundreds of kernels per step) vanish; the
+sampler still runs eagerly on the first ``n`` rows of logits, except where the platform has a greedy kernel
 (:meth:`~frame.interfaces.platform.Platform.greedy_kernel`): the recorded step then ends with each row's argmax,
 written into a fixed buffer, and a step whose rows are all plain greedy takes its tokens from there
 (:meth:`DecodeGraphs.greedy_tokens`).
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from frame.interfaces.attention import AttentionBackend
+from frame.interfaces.attention import AttentionBackend, AttentionMetadata, GroupedMetadata
 from frame.interfaces.kv_layout import decode_metadata
 from frame.interfaces.model import CausalLM
 from frame.weights.progress import track_tensors
@@ -45,21 +46,27 @@ def capture_sizes(max_num_seqs: int, largest: int = 256) -> list[int]:
 
 
 class DecodeGraphs:
-    """Fixed buffers and one recorded decode step per bucket; ``scratch_block`` is a block outside the pool."""
+    """Fixed buffers and one recorded decode step per bucket; ``scratch_block`` is a block outside the pool (in
+    every KV group's layers)."""
 
     def __init__(self, model: CausalLM, attention: AttentionBackend, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                  device: torch.device, *, max_num_seqs: int, max_model_len: int, block_size: int, scratch_block: int,
-                 capture: Capture, greedy: Greedy | None = None) -> None:
-        """``greedy``: the platform's greedy kernel, run at the end of every recorded step (None: none)."""
+                 capture: Capture, greedy: Greedy | None = None, group_of_layer: list[int] | None = None) -> None:
+        """``greedy``: the platform's greedy kernel, run at the end of every recorded step (None: none).
+        ``group_of_layer``: each cache layer's KV group where the model has several (``GroupedMetadata``)."""
         self.model, self.attention, self.kv_caches, self.device = model, attention, kv_caches, device
         self.block_size, self.scratch_block, self.max_model_len = block_size, scratch_block, max_model_len
+        self.group_of_layer = group_of_layer if group_of_layer and max(group_of_layer) > 0 else None
+        num_groups = max(self.group_of_layer) + 1 if self.group_of_layer else 1
         self.sizes = capture_sizes(max_num_seqs)
         rows, width = self.sizes[-1], -(-max_model_len // block_size)
         self.input_ids = torch.zeros(rows, dtype=torch.int64, device=device)
         self.positions = torch.zeros(rows, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.zeros(rows, dtype=torch.int64, device=device)
         self.seq_lens = torch.ones(rows, dtype=torch.int32, device=device)
-        self.block_tables = torch.full((rows, width), scratch_block, dtype=torch.int32, device=device)
+        # Per KV group: the slot each row writes and the rows' block tables.
+        self.slot_mappings = [torch.zeros(rows, dtype=torch.int64, device=device) for _ in range(num_groups)]
+        self.block_tables = [torch.full((rows, width), scratch_block, dtype=torch.int32, device=device)
+                             for _ in range(num_groups)]
         self.query_start_loc = torch.arange(rows + 1, dtype=torch.int32, device=device)
         self.greedy = greedy
         self.greedy_ids = torch.zeros(rows, dtype=torch.int64, device=device)  # the last replay's argmax per row
@@ -67,8 +74,9 @@ class DecodeGraphs:
         # is a slice, a conversion and a copy, every one of which runs cold once a step after the linears have
         # streamed the weights through the caches (SmolLM2's single stream: run() outside its replay took 52 us a
         # token that way, 13 this way).
-        self._host = None if self.device.type != "cpu" else tuple(
-            t.numpy() for t in (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.block_tables))
+        self._host = None if self.device.type != "cpu" else (
+            self.input_ids.numpy(), self.positions.numpy(), self.seq_lens.numpy(),
+            [t.numpy() for t in self.slot_mappings], [t.numpy() for t in self.block_tables])
         self._host_greedy = self.greedy_ids.numpy() if self.device.type == "cpu" else None
         self._pad(0, rows)
         self.replays: dict[int, Replay] = {}
@@ -95,9 +103,11 @@ class DecodeGraphs:
         return next((size for size in self.sizes if size >= num_seqs and size in self.replays), None)
 
     def _step_fn(self, size: int) -> Callable[[], torch.Tensor]:
-        common = decode_metadata(self.query_start_loc, self.seq_lens, self.block_tables, self.slot_mapping, size,
-                                 self.max_model_len, self.block_size)
-        meta = self.attention.build_metadata(common)
+        metas = [self.attention.build_metadata(decode_metadata(self.query_start_loc, self.seq_lens, tables, slots,
+                                                               size, self.max_model_len, self.block_size))
+                 for slots, tables in zip(self.slot_mappings, self.block_tables, strict=True)]
+        meta: AttentionMetadata | GroupedMetadata = (
+            metas[0] if self.group_of_layer is None else GroupedMetadata(metas, self.group_of_layer))
         ids, positions = self.input_ids[:size], self.positions[:size]
         model, kv_caches, greedy, greedy_ids = self.model, self.kv_caches, self.greedy, self.greedy_ids[:size]
 
@@ -115,9 +125,10 @@ class DecodeGraphs:
         """Rows ``[start, stop)`` decode one token into the scratch block, reading only it."""
         self.input_ids[start:stop] = 0
         self.positions[start:stop] = 0
-        self.slot_mapping[start:stop] = self.scratch_block * self.block_size
         self.seq_lens[start:stop] = 1
-        self.block_tables[start:stop] = self.scratch_block
+        for slots, tables in zip(self.slot_mappings, self.block_tables, strict=True):
+            slots[start:stop] = self.scratch_block * self.block_size
+            tables[start:stop] = self.scratch_block
 
     def advance(self, input_ids: np.ndarray) -> torch.Tensor:
         """Replay the bucket :meth:`run` replayed last with each of its rows one position further on and
@@ -127,38 +138,47 @@ class DecodeGraphs:
         size = self.bucket(n)
         assert size is not None, f"no recorded graph holds {n} decodes"
         if self._host is not None:
-            ids, pos, slot, lens, tables = self._host
+            ids, pos, lens, host_slots, host_tables = self._host
             ids[:n] = input_ids
             pos[:n] += 1
             lens[:n] += 1
-            slot[:n] = tables[np.arange(n), pos[:n] // bs].astype(np.int64) * bs + pos[:n] % bs
+            for slot, tables in zip(host_slots, host_tables, strict=True):
+                slot[:n] = tables[np.arange(n), pos[:n] // bs].astype(np.int64) * bs + pos[:n] % bs
         else:
             self.input_ids[:n].copy_(torch.from_numpy(input_ids.astype(np.int64)), non_blocking=True)
             self.positions[:n] += 1
             self.seq_lens[:n] += 1
             positions = self.positions[:n]
-            blocks = self.block_tables[:n].gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
-            self.slot_mapping[:n] = blocks.to(torch.int64) * bs + positions % bs
+            for slots, tables in zip(self.slot_mappings, self.block_tables, strict=True):
+                blocks = tables[:n].gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
+                slots[:n] = blocks.to(torch.int64) * bs + positions % bs
         logits = self.replays[size]()
         return logits if n == size else logits[:n]
 
     def run(self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, seq_lens: np.ndarray,
-            block_tables: np.ndarray) -> torch.Tensor:
-        """Replay the bucket of ``n = len(input_ids)`` decodes and return their logits ``[n, vocab]``."""
+            block_tables: np.ndarray, group_slots: tuple[np.ndarray, ...] = (),
+            group_tables: tuple[np.ndarray, ...] = ()) -> torch.Tensor:
+        """Replay the bucket of ``n = len(input_ids)`` decodes and return their logits ``[n, vocab]``;
+        ``group_slots`` and ``group_tables``: the KV groups' after the first (``HostInputs``')."""
         n = len(input_ids)
         size = self.bucket(n)
         assert size is not None, f"no recorded graph holds {n} decodes"
-        width = block_tables.shape[1]
+        all_slots, all_tables = (slots, *group_slots), (block_tables, *group_tables)
+        assert len(all_slots) == len(self.slot_mappings), "one slot mapping and block table per KV group"
         if self._host is not None:
-            ids, pos, slot, lens, tables = self._host
-            ids[:n], pos[:n], slot[:n], lens[:n], tables[:n, :width] = (input_ids, positions, slots, seq_lens,
-                                                                          block_tables)
+            ids, pos, lens, host_slots, host_tables = self._host
+            ids[:n], pos[:n], lens[:n] = input_ids, positions, seq_lens
+            for slot, tables, new_slots, new_tables in zip(host_slots, host_tables, all_slots, all_tables,
+                                                           strict=True):
+                slot[:n], tables[:n, :new_tables.shape[1]] = new_slots, new_tables
         else:
             self.input_ids[:n].copy_(torch.from_numpy(input_ids.astype(np.int64)), non_blocking=True)
             self.positions[:n].copy_(torch.from_numpy(positions), non_blocking=True)
-            self.slot_mapping[:n].copy_(torch.from_numpy(slots), non_blocking=True)
             self.seq_lens[:n].copy_(torch.from_numpy(seq_lens.astype(np.int32)), non_blocking=True)
-            self.block_tables[:n, :width].copy_(torch.from_numpy(block_tables), non_blocking=True)
+            for slot, tables, new_slots, new_tables in zip(self.slot_mappings, self.block_tables, all_slots,
+                                                           all_tables, strict=True):
+                slot[:n].copy_(torch.from_numpy(new_slots), non_blocking=True)
+                tables[:n, :new_tables.shape[1]].copy_(torch.from_numpy(new_tables), non_blocking=True)
         if n < size:  # rows past n may hold an earlier step's values
             self._pad(n, size)
         logits = self.replays[size]()

@@ -202,12 +202,10 @@ class ModelRunner:
         """Record the decode step per batch-size bucket (the pool must have a scratch block past its end), each
         ending with the platform's ``greedy`` kernel where it has one."""
         assert self.pool is not None and self.pool.scratch_blocks == 1, "allocate_kv(..., scratch_block=True) first"
-        if self.kv_groups.num_groups > 1:  # a recorded step reads one block table per row
-            return False
         self.graphs = DecodeGraphs(self.model, self.attention, self.kv_caches, self.device,
                                    max_num_seqs=max_num_seqs, max_model_len=self.batch.max_model_len,
                                    block_size=self.block_size, scratch_block=self.pool.first_scratch_block,
-                                   capture=capture, greedy=greedy)
+                                   capture=capture, greedy=greedy, group_of_layer=self.kv_groups.group_of_layer)
         if not self.graphs.enabled:
             self.graphs = None
         return self.graphs is not None
@@ -220,7 +218,8 @@ class ModelRunner:
         if (prompt is None and self.graphs is not None and host.is_pure_decode
                 and self.graphs.bucket(len(host.query_lens))):
             self._replayed = len(host.query_lens)
-            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables), []
+            return self.graphs.run(host.input_ids, host.positions, host.slots, host.seq_lens, host.block_tables,
+                                   host.group_slots, host.group_tables), []
         self._replayed = 0
         inputs = self.to_device(host)
         meta: AttentionMetadata | GroupedMetadata = self.attention.build_metadata(inputs.meta)
