@@ -16,6 +16,7 @@ from frame.engine.core.loop import ready_message
 from frame.testing.gguf import as_stored, write_gguf
 from frame.testing.model import TINY, randomize_
 from frame.weights import open_weights
+from frame_platform_cpu.platform import CpuPlatform
 from transformers import AutoModelForCausalLM, Gemma3TextConfig
 
 ROPE = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0},
@@ -69,16 +70,17 @@ def test_the_file_serves_as_gemma3_packed_by_default_and_dense_on_request(gemma3
     packed.shutdown()
 
 
-@pytest.mark.parametrize("steps", [1, 4])
-def test_recorded_decode_steps_read_each_kv_groups_tables(gemma3, steps: int) -> None:
+@pytest.mark.parametrize(("dtype", "steps"), [("float32", 1), ("float32", 4), pytest.param("bfloat16", 1, marks=(
+    pytest.mark.skipif(torch.bfloat16 not in CpuPlatform().supported_dtypes, reason="the CPU has no bfloat16 path")))])
+def test_recorded_decode_steps_read_each_kv_groups_tables(gemma3, dtype: str, steps: int) -> None:
     """Gemma 3's windowed layers keep their KV in groups of their own, each with its block tables: a recorded
     decode step fills every group's slots and tables (``DecodeGraphs``), and gives the eager step's tokens past the
     window and across blocks, with padding rows and with continuous decode steps (each moving every group's
-    slots)."""
+    slots). The step's norms and GeGLU are the cpu platform's kernels, run by its teams."""
     _, path = gemma3
     prompts = [PROMPT, [*PROMPT, *PROMPT[:7]], [*PROMPT, *PROMPT, *PROMPT]]  # 10, 17 and 30 tokens: bucket 4
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-    args = dict(model=str(path), dtype="float32", max_model_len=64, max_num_seqs=4, num_continuous_decode_steps=steps)
+    args = dict(model=str(path), dtype=dtype, max_model_len=64, max_num_seqs=4, num_continuous_decode_steps=steps)
 
     def tokens(llm: LLM) -> list[list[int]]:
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)

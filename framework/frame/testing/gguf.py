@@ -125,14 +125,17 @@ SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")
 CHAT_TEMPLATE = "{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}"
 
 
-def write_tiny_tokenizer(writer: gguf.GGUFWriter, vocab_size: int) -> list[str]:
-    """A byte-level BPE vocabulary of ``vocab_size`` tokens (one merge, ``a b``; else one token a character), its
-    special tokens (pad 0, bos 1, eos 2) and :data:`CHAT_TEMPLATE`, as the converter writes a GPT-2-style tokenizer.
-    Returns the tokens."""
+def write_tiny_tokenizer(writer: gguf.GGUFWriter, vocab_size: int, pad: bool = False) -> list[str]:
+    """A byte-level BPE vocabulary of at most ``vocab_size`` tokens (one merge, ``a b``; else one token a character),
+    its special tokens (pad 0, bos 1, eos 2) and :data:`CHAT_TEMPLATE`, as the converter writes a GPT-2-style
+    tokenizer; ``pad``: filled to ``vocab_size`` with ``<unusedN>`` tokens, as a real model's large vocabulary is
+    (llama.cpp's tokenizer then holds as many rows as the embedding). Returns the tokens."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     alphabet = [bytes_to_unicode()[b] for b in (32, *range(ord("a"), ord("z") + 1), *range(33, 127))]
     tokens = [*SPECIAL_TOKENS, "ab", *dict.fromkeys(alphabet)][:vocab_size]
+    if pad:
+        tokens += [f"<unused{i}>" for i in range(vocab_size - len(tokens))]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -150,17 +153,18 @@ def write_tiny_tokenizer(writer: gguf.GGUFWriter, vocab_size: int) -> list[str]:
 def write_gguf(source: WeightSource, path: Path, architecture: str, num_layers: int,
                convert: Callable[[str, torch.Tensor], torch.Tensor] | None = None, *,
                config: PretrainedConfig | None = None, file_type: str = "f32",
-               metadata: Callable[[gguf.GGUFWriter], None] | None = None) -> None:
+               metadata: Callable[[gguf.GGUFWriter], None] | None = None, pad_vocab: bool = False) -> None:
     """Write ``source`` (Hugging Face names) to ``path`` as llama.cpp architecture ``architecture`` (a
     ``gguf.MODEL_ARCH`` member name such as ``"QWEN3"``); ``convert(hf_name, tensor)`` first. With ``config``,
     the converter's common keys, the tiny tokenizer and then ``metadata(writer)`` (the architecture's own keys and
-    extra tensors) go in too."""
+    extra tensors) go in too; ``pad_vocab``: the tokenizer filled to the config's vocabulary
+    (:func:`write_tiny_tokenizer`)."""
     arch = gguf.MODEL_ARCH[architecture]
     names = gguf.get_tensor_name_map(arch, num_layers)
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
     if config is not None:
         write_text_model_keys(writer, config, file_type)
-        write_tiny_tokenizer(writer, _get(config, "vocab_size"))
+        write_tiny_tokenizer(writer, _get(config, "vocab_size"), pad=pad_vocab)
         if metadata is not None:
             metadata(writer)
     for name, tensor in _stacked(source).items():

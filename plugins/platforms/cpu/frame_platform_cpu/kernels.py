@@ -227,6 +227,60 @@ def fused_silu_and_mul():
     return act
 
 
+def fused_gelu_tanh_and_mul():
+    """GeGLU's ``gelu_tanh(gate) * up`` (Gemma's activation) in one native pass for bfloat16 or float32 rows; None
+    (torch's path) otherwise."""
+    load()
+    op = torch.ops.frame_cpu.gelu_tanh_and_mul.default
+
+    def act(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 2:
+            return None
+        return op(x)
+
+    return act
+
+
+def _norm_weight(weight: torch.Tensor, offset: float, upcast: bool) -> torch.Tensor:
+    """The weight the native row norm takes: ``offset + w`` in float32 where the norm multiplies in float32 (its
+    float32 dtype tells the kernel so), else the weight as it is."""
+    return (offset + weight.float()).contiguous() if upcast else weight.contiguous()
+
+
+def fused_rms_norm(weight: torch.Tensor, eps: float, offset: float = 0.0):
+    """A norm of rows weighted in float32, ``(rms_norm(x.float()) * (offset + w)).to(x.dtype)``
+    (``frame.layers.UpcastRMSNorm``), in one native pass for bfloat16 or float32 rows; None otherwise."""
+    load()
+    op = torch.ops.frame_cpu.rms_norm.default
+    folded = _norm_weight(weight, offset, upcast=True)
+
+    def norm(x: torch.Tensor) -> torch.Tensor | None:
+        if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 2:
+            return None
+        return op(x, folded, eps)
+
+    return norm
+
+
+def fused_head_rms_norm(weight: torch.Tensor, eps: float, offset: float = 0.0, upcast: bool = False):
+    """Each head of ``x [tokens, heads, head_dim]`` normalised in place with one ``[head_dim]`` weight
+    (``frame.layers.HeadNorm`` per head: Gemma 3 ``upcast``, Qwen 3 rounding before the weight as Llama's norm);
+    None where the dtypes do not fit (torch's path)."""
+    load()
+    op = torch.ops.frame_cpu.rms_norm_heads_.default
+    kept = _norm_weight(weight, offset, upcast)
+
+    def norm(x: torch.Tensor) -> bool | None:
+        if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 3 or x.stride(2) != 1:
+            return None
+        if kept.dtype != x.dtype and not upcast:  # a float32 weight would multiply before rounding
+            return None
+        op(x, kept, eps)
+        return True
+
+    return norm
+
+
 def fused_rotate_halves():
     """Rotary embedding in place in one native pass for bfloat16 (bitwise torch's result) or float32; None
     otherwise."""

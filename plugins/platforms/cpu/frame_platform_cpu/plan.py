@@ -35,6 +35,8 @@ INTO: dict[str, str] = {
     "frame_cpu::ggml_swiglu_repacked": "ggml_swiglu_repacked_into",
     "frame_cpu::kquant_linear": "kquant_linear_into",
     "frame_cpu::silu_and_mul": "silu_and_mul_into",
+    "frame_cpu::gelu_tanh_and_mul": "gelu_tanh_and_mul_into",
+    "frame_cpu::rms_norm": "rms_norm_into",
     "frame_cpu::packed_linear_f32": "packed_linear_f32_into",
 }
 #: Ops whose ``_into`` form is used only for outputs of these dtypes: the packed float32 linear shares its panels

@@ -10,7 +10,19 @@ import torch
 from frame import native
 from frame.errors import ConfigError
 from frame.interfaces.platform import Platform
-from frame.layers import Linear, ParallelLMHead, RMSNorm, RotateHalves, SiluAndMul, SwiGLUProjection, packed_weight
+from frame.layers import (
+    ActAndMul,
+    HeadNorm,
+    Linear,
+    ParallelLMHead,
+    RMSNorm,
+    RotateHalves,
+    SiluAndMul,
+    SwiGLUProjection,
+    UpcastRMSNorm,
+    packed_weight,
+)
+from frame.layers.activation import gelu_tanh
 from pydantic import BaseModel, ConfigDict, Field
 
 from frame_platform_cpu import huge_pages, kernels, kquant, probe, quantized, rows, w8a8
@@ -175,6 +187,8 @@ class CpuPlatform(Platform):
             return rows.packed_rows(packed, table.dtype) if packed is not None and table.device.type == "meta" else None
         if packed is not None:  # a quantization plugin's format: ggml blocks in place
             return quantized.packed_layer_kernel(layer, packed, gated=isinstance(layer, SwiGLUProjection))
+        if (kernel := self._float32_compute_kernel(layer)) is not None:
+            return kernel
         weight = getattr(layer, "weight", None)
         if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32:
             return self._float32_kernel(layer)
@@ -205,6 +219,18 @@ class CpuPlatform(Platform):
             return kernels.float32_linear(layer.weight, layer.bias)
         if not gated and torch.ops.mkldnn._is_mkldnn_bf16_supported():
             return kernels.bfloat16_linear(layer.weight, layer.bias)  # oneDNN on prepacked weights
+        return None
+
+    @staticmethod
+    def _float32_compute_kernel(layer: torch.nn.Module) -> Callable[..., Any] | None:
+        """Layers that compute in float32 for bfloat16 and float32 models alike: the norms Gemma and OLMo 2 weight in
+        float32, per-head query and key norms (Gemma 3, Qwen 3) and GeGLU's activation (Gemma)."""
+        if isinstance(layer, UpcastRMSNorm):
+            return kernels.fused_rms_norm(layer.weight, layer.eps, layer.offset)
+        if isinstance(layer, HeadNorm) and layer.per_head:
+            return kernels.fused_head_rms_norm(layer.weight, layer.eps, layer.offset, layer.upcast)
+        if isinstance(layer, ActAndMul) and layer.fn is gelu_tanh:
+            return kernels.fused_gelu_tanh_and_mul()
         return None
 
     @staticmethod

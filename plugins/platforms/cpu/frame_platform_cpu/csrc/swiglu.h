@@ -58,6 +58,15 @@ inline __m256i swiglu16(__m512 gate, __m512 up) {
   const __m512 silu = _mm512_div_ps(gate, _mm512_add_ps(one, exp_approx(_mm512_sub_ps(_mm512_setzero_ps(), gate))));
   return narrow16(_mm512_mul_ps(round_to_bf16(silu), up));
 }
+
+// gelu_tanh(gate) * up (below) for sixteen bfloat16 numbers, rounding as swiglu16 does.
+inline __m256i geglu16(__m512 gate, __m512 up) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 cubic = _mm512_fmadd_ps(_mm512_mul_ps(gate, gate), _mm512_set1_ps(0.044715f), one);
+  const __m512 z = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(1.5957691216057308f), gate), cubic);
+  const __m512 gelu = _mm512_div_ps(gate, _mm512_add_ps(one, exp_approx(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+  return narrow16(_mm512_mul_ps(round_to_bf16(gelu), up));
+}
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -78,6 +87,29 @@ inline __m256 exp_approx8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 #endif
+
+// GELU with the tanh approximation, 0.5 x (1 + tanh(y)) with y = sqrt(2/pi) (x + 0.044715 x^3), written as
+// x sigmoid(2y): silu's form, one exp.
+inline float gelu_tanh(float x) {
+  const float z = 1.5957691216057308f * x * (1.0f + 0.044715f * x * x);
+  return x / (1.0f + exp_approx(-z));
+}
+
+// gelu_tanh(gate) * up for float32 values, in float32 (Gemma's GeGLU).
+inline void geglu_f32(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 cubic = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(0.044715f), one);
+    const __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), g), cubic);
+    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, exp_approx8(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
 
 // silu(gate) * up for float32 values, in float32 (F.silu(gate) * up).
 inline void swiglu_f32(const float* gate, const float* up, float* out, int64_t n) {
