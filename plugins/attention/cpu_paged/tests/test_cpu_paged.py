@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(kernel.unavailable_reason() is not None,
 
 class TestCpuPagedConformance(AttentionBackendSuite):
     plugin_name = "cpu_paged"
+    head_dims = (64, 128, 256)  # the kernel's three specialised sizes (256: Gemma 2 and 3)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads"), [(9, 3), (14, 2), (8, 8)])
@@ -37,7 +38,7 @@ def test_prefills_longer_than_a_tile_and_long_decodes(heads: int, kv_heads: int)
     torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64), (4, 1, 256)])
 def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: int) -> None:
     # On CPUs with AVX-512 BF16 these take the vdpbf16ps path: decodes (partial last chunks, odd key counts),
     # and prefills over several tiles, one after a cached context.
@@ -48,6 +49,20 @@ def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: in
     assert out.dtype == torch.bfloat16
     expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
+@pytest.mark.parametrize("window", [5, 20, 100])
+def test_bfloat16_sliding_windows_mask_the_keys_before_each_rows_window(heads: int, kv_heads: int, dim: int,
+                                                                        window: int) -> None:
+    # The bfloat16 path masks a window itself (Gemma 2/3's local layers): prefills whose rows' windows start in
+    # different 32-key steps, one after a cached context, and decodes over contexts longer and shorter than it.
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7, 50], [70, 1, 1, 1, 150], 16, heads, kv_heads, dim,
+                                                 seed=2)
+    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window)
+    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window)
+    torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
 
 
 def test_odd_head_dim_takes_the_generic_path() -> None:
@@ -126,7 +141,8 @@ def test_a_batch_answers_the_same_at_any_thread_count() -> None:
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim", "window", "softcap"),
                          [(9, 3, 64, None, None), (8, 8, 64, None, None), (16, 4, 128, None, None),
-                          (9, 3, 64, 20, None), (8, 8, 64, None, 30.0), (4, 2, 80, None, None)])
+                          (9, 3, 64, 20, None), (8, 8, 64, None, 30.0), (4, 2, 80, None, None),
+                          (4, 1, 256, None, None), (4, 1, 256, 20, None)])
 def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the_prompt(
         heads: int, kv_heads: int, dim: int, window: int | None, softcap: float | None) -> None:
     # A prefix-cache hit leaves a prompt's last one or two tokens to a step of their own, a decode's token is alone:
@@ -153,9 +169,11 @@ def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the
         assert torch.equal(attend(steps), whole), steps
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (16, 4, 128), (8, 8, 64)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "window"),
+                         [(9, 3, 64, None), (16, 4, 128, None), (8, 8, 64, None), (4, 1, 256, None), (9, 3, 64, 20),
+                          (4, 1, 256, 50)])
 def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_splits_the_prompt(
-        heads: int, kv_heads: int, dim: int) -> None:
+        heads: int, kv_heads: int, dim: int, window: int | None) -> None:
     # In bfloat16 the decode path and the prefill path sum in different orders (on AMX on different units), so
     # rows the metadata marks as prompt rows take the prefill path however few they are: a prompt's last one or two
     # tokens after a prefix-cache hit, or one token a step, get the bits the whole prompt gave them. 200 tokens:
@@ -165,7 +183,7 @@ def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_sp
     gen = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn(tokens, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
     oq, ok, ov = (torch.randn(others, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16)
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window)
     prompt_table = [3, 17, 9, 0, 12, 5, 14, 1, 10, 7, 2, 16, 4]
     decode_tables = [[*prompt_table[:8], 20 + 2 * i, 21 + 2 * i] for i in range(others)]
 
@@ -189,7 +207,8 @@ def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_sp
         assert torch.equal(attend(steps), whole), steps
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim", "context"), [(9, 3, 64, 300), (8, 2, 128, 1000), (6, 2, 64, 100)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "context"),
+                         [(9, 3, 64, 300), (8, 2, 128, 1000), (6, 2, 64, 100), (4, 1, 256, 700)])
 def test_a_lone_decode_split_over_threads_answers_bit_for_bit_as_on_one(heads: int, kv_heads: int, dim: int,
                                                                         context: int) -> None:
     # With fewer sequences than threads the bfloat16 path sweeps a decode's keys before its last 32-key steps one

@@ -47,7 +47,13 @@ class Bf16Rows {
   struct HeadState {
     int64_t row0, rows, groups, first_pos, k0;
     int n;
+    int64_t window;  // the layer's sliding window, 0: none
+    // Row r sees the step's keys [first(r), valid(r)): up to its token, from its window's start.
     int valid(int64_t r) const { return static_cast<int>(std::min<int64_t>(n, first_pos + r / groups - k0 + 1)); }
+    int first(int64_t r) const {
+      return window > 0 ? static_cast<int>(std::clamp<int64_t>(first_pos + r / groups - window + 1 - k0, 0, kKeys))
+                        : 0;
+    }
   };
 
   void interleave_values(const uint16_t* const* values, int n) {
@@ -67,16 +73,19 @@ class Bf16Rows {
     }
   }
 
-  void finish_row(int64_t row, __m512 lo, __m512 hi, int valid) { finish_rows<1>(row, &lo, &hi, &valid); }
+  void finish_row(int64_t row, __m512 lo, __m512 hi, int valid, int first) {
+    finish_rows<1>(row, &lo, &hi, &valid, &first);
+  }
 
   // R adjacent rows' online-softmax updates with a step's scores (lo: keys 0-15, hi: 16-31), then acc += P.V over
   // the step's keys, for the R rows together: the V pairs (vpairs_, [kKeys / 2][D / 16] vectors of 16 pairs) are
   // loaded once for the R rows, and R x D / 16 independent accumulator chains hide vdpbf16ps' latency, where one
-  // row's D / 16 chains could not. Each row's sums run in the same order whatever R. Every row must see a key.
+  // row's D / 16 chains could not. Each row's sums run in the same order whatever R. Every row must see a key
+  // (row b the keys [first[b], valid[b])).
   template <int R>
-  void finish_rows(int64_t row, const __m512* lo, const __m512* hi, const int* valid) {
+  void finish_rows(int64_t row, const __m512* lo, const __m512* hi, const int* valid, const int* first) {
     if constexpr (R > 1 && R * D > 256) {  // the rows' accumulators would not fit in the registers
-      for (int b = 0; b < R; ++b) finish_rows<1>(row + b, lo + b, hi + b, valid + b);
+      for (int b = 0; b < R; ++b) finish_rows<1>(row + b, lo + b, hi + b, valid + b, first + b);
     } else {
       const __m512 scale = _mm512_set1_ps(p_.scale);
       alignas(64) uint32_t pairs[R][kKeys / 2];
@@ -84,7 +93,7 @@ class Bf16Rows {
       for (int b = 0; b < R; ++b) {
         float* acc = acc_.data() + (row + b) * D;
         const __m512i probs = fold32<D>(_mm512_mul_ps(lo[b], scale), _mm512_mul_ps(hi[b], scale), valid[b],
-                                        max_[row + b], sum_[row + b], acc);
+                                        max_[row + b], sum_[row + b], acc, first[b]);
         _mm512_store_si512(pairs[b], probs);  // zero past the row's valid keys
         most = std::max(most, valid[b]);
       }
@@ -113,8 +122,8 @@ class Bf16Rows {
   __attribute__((noinline)) void direct_rows(const HeadState& head, const uint16_t* const* keys) {
     __m512 dots[kKeys];
     for (int64_t r = 0; r < head.rows; ++r) {
-      const int valid = head.valid(r);
-      if (valid <= 0) continue;
+      const int valid = head.valid(r), first = head.first(r);
+      if (valid <= first) continue;
       const int64_t row = head.row0 + r;
       __m512bh q[D / 32];
       for (int c = 0; c < D / 32; ++c) q[c] = (__m512bh)_mm512_loadu_si512(queries_.data() + row * D + 32 * c);
@@ -125,7 +134,7 @@ class Bf16Rows {
             a = _mm512_dpbf16_ps(a, q[c], (__m512bh)_mm512_loadu_si512(keys[j] + 32 * c));
         dots[j] = a;
       }
-      finish_row(row, reduce16(dots), valid > 16 ? reduce16(dots + 16) : _mm512_setzero_ps(), valid);
+      finish_row(row, reduce16(dots), valid > 16 ? reduce16(dots + 16) : _mm512_setzero_ps(), valid, first);
       issue_prefetches(kPrefetchBurst);
     }
   }
@@ -174,12 +183,13 @@ class Bf16Rows {
     }
     const __m512 scale = _mm512_set1_ps(p_.scale);
     for (int r = 0; r < R; ++r) {
-      const int valid = head.valid(r);
+      const int valid = head.valid(r), first = head.first(r);
       __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-      if (valid > 0) {
+      if (valid > first) {
         lo = _mm512_mul_ps(reduce16(dots[r]), scale);
         hi = head.n > 16 ? _mm512_mul_ps(reduce16(dots[r] + 16), scale) : _mm512_setzero_ps();
-        fold32_float<D>(lo, hi, valid, max_[head.row0 + r], sum_[head.row0 + r], acc_.data() + (head.row0 + r) * D);
+        fold32_float<D>(lo, hi, valid, max_[head.row0 + r], sum_[head.row0 + r], acc_.data() + (head.row0 + r) * D,
+                        first);
       }
       _mm512_store_ps(probs[r], lo);
       _mm512_store_ps(probs[r] + 16, hi);
@@ -219,15 +229,15 @@ class Bf16Rows {
       const int64_t rows = std::min<int64_t>(16, head.rows - rb);
       amx::tile_scores<D>(queries_.data() + (head.row0 + rb) * D, keys_t_.data(), s);
       for (int64_t r = 0; r < 16; ++r) {
-        const int valid = r < rows ? head.valid(rb + r) : 0;
-        if (valid <= 0) {
+        const int valid = r < rows ? head.valid(rb + r) : 0, first = r < rows ? head.first(rb + r) : 0;
+        if (valid <= first) {
           _mm512_store_si512(probs[r], _mm512_setzero_si512());
           continue;
         }
         const int64_t row = head.row0 + rb + r;
         const __m512i pairs = fold32<D>(_mm512_mul_ps(_mm512_load_ps(s + r * kKeys), scale),
                                         _mm512_mul_ps(_mm512_load_ps(s + r * kKeys + 16), scale), valid, max_[row],
-                                        sum_[row], acc_.data() + row * D);
+                                        sum_[row], acc_.data() + row * D, first);
         _mm512_store_si512(probs[r], pairs);
       }
       amx::accumulate<D>(&probs[0][0], vpairs_.data(), rows, acc_.data() + (head.row0 + rb) * D);
@@ -253,17 +263,18 @@ class Bf16Rows {
           hi[b] = _mm512_dpbf16_ps(hi[b], qb, k_hi);
         }
       }
-      int valid[4];
+      int valid[4], first[4];
       bool all_see = rb + 4 <= head.rows;
       for (int b = 0; b < 4; ++b) {
         valid[b] = rb + b < head.rows ? head.valid(rb + b) : 0;
-        all_see = all_see && valid[b] > 0;
+        first[b] = rb + b < head.rows ? head.first(rb + b) : 0;
+        all_see = all_see && valid[b] > first[b];
       }
       if (all_see) {
-        finish_rows<4>(head.row0 + rb, lo, hi, valid);
+        finish_rows<4>(head.row0 + rb, lo, hi, valid, first);
       } else {
         for (int b = 0; b < 4; ++b)
-          if (valid[b] > 0) finish_row(head.row0 + rb + b, lo[b], hi[b], valid[b]);
+          if (valid[b] > first[b]) finish_row(head.row0 + rb + b, lo[b], hi[b], valid[b], first[b]);
       }
       issue_prefetches(kPrefetchBurst);
     }

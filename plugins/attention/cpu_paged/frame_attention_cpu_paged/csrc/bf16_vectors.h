@@ -42,11 +42,12 @@ static_assert(permuted_dim(16) == 4 && permuted_dim(4) == 8 && permuted_dim(20) 
 
 constexpr int kKeys = 32;  // keys per online-softmax step: two vectors of scores
 
-// Online-softmax update of one row with a step's scores (lo: keys 0-15, hi: 16-31; real keys below `valid`):
-// turns lo and hi into the step's probabilities, zero from `valid` on, and rescales acc.
+// Online-softmax update of one row with a step's scores (lo: keys 0-15, hi: 16-31; the keys it sees are
+// [first, valid): below `first` they lie before its sliding window): turns lo and hi into the step's probabilities,
+// zero outside those keys, and rescales acc. The row must see at least one.
 template <int D>
-inline void fold32_float(__m512& lo, __m512& hi, int valid, float& row_max, float& row_sum, float* acc) {
-  const uint32_t bits = valid >= 32 ? 0xffffffffu : (1u << valid) - 1u;
+inline void fold32_float(__m512& lo, __m512& hi, int valid, float& row_max, float& row_sum, float* acc, int first = 0) {
+  const uint32_t bits = (valid >= 32 ? 0xffffffffu : (1u << valid) - 1u) & ~((1u << first) - 1u);
   const __mmask16 mask_lo = static_cast<__mmask16>(bits), mask_hi = static_cast<__mmask16>(bits >> 16);
   const __m512 masked = _mm512_set1_ps(kMasked);
   const __m512 top = _mm512_max_ps(_mm512_mask_mov_ps(masked, mask_lo, lo), _mm512_mask_mov_ps(masked, mask_hi, hi));
@@ -67,8 +68,8 @@ inline void fold32_float(__m512& lo, __m512& hi, int valid, float& row_max, floa
 
 // The same, returning the probabilities as bfloat16 pairs (p[2k], p[2k + 1]).
 template <int D>
-inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& row_sum, float* acc) {
-  fold32_float<D>(lo, hi, valid, row_max, row_sum, acc);
+inline __m512i fold32(__m512 lo, __m512 hi, int valid, float& row_max, float& row_sum, float* acc, int first = 0) {
+  fold32_float<D>(lo, hi, valid, row_max, row_sum, acc, first);
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // low half from the first 16 keys
 }
 

@@ -47,7 +47,9 @@ struct Cascade {
       : slot(num_seqs, -1), shared(num_seqs, 0), kv_heads(p.kv_heads), groups_per_kv(p.heads / p.kv_heads) {
     std::vector<std::pair<int32_t, int32_t>> decodes;  // (first block, sequence)
     for (int64_t s = 0; s < num_seqs; ++s)
-      if (p.query_start[s + 1] - p.query_start[s] == 1 && p.seq_lens[s] - 1 >= kMinKeys && !p.is_prompt(s))
+      // A windowed layer's decodes see only their window's keys: no shared prefix, no long sweep to split.
+      if (p.query_start[s + 1] - p.query_start[s] == 1 && p.seq_lens[s] - 1 >= kMinKeys && !p.is_prompt(s) &&
+          p.window == 0)
         decodes.emplace_back(p.block_tables[s * p.table_width], static_cast<int32_t>(s));
     std::sort(decodes.begin(), decodes.end());
     int32_t next_slot = 0;

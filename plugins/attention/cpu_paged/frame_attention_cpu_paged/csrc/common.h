@@ -103,7 +103,8 @@ struct Problem {
   // [seqs]: whose new tokens are prompt tokens (AttentionMetadata.prompt); null where the caller did not say.
   const bool* prompt = nullptr;
 
-  // A window or a soft-cap: served by the generic loops only (the AVX-512 paths assume neither).
+  // A window or a soft-cap: the float path's generic loops serve them (its AVX-512 and AVX2 chunks assume
+  // neither); the bfloat16 path masks a window and leaves a soft-cap to the float path.
   bool limited() const { return window > 0 || softcap > 0.0f; }
   bool is_prompt(int64_t seq) const { return prompt != nullptr && prompt[seq]; }
 };

@@ -70,7 +70,7 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
 #if defined(__AVX512BF16__)
   if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
                 D % 32 == 0) {
-    if (!p.limited()) {
+    if (p.softcap <= 0.0f) {  // a sliding window it masks; a soft-cap goes to the float path
       Cascade<D> cascade(p, p.num_seqs, at::get_num_threads());
       if (lone_decode_in_one_region<D>(p, items, cascade)) return;
       if (!cascade.work.empty())
@@ -102,6 +102,7 @@ void dispatch_dim(const Problem<cache_t, query_t>& p, const std::vector<WorkItem
   switch (p.head_dim) {
     case 64: return run_all<cache_t, query_t, 64>(p, items);
     case 128: return run_all<cache_t, query_t, 128>(p, items);
+    case 256: return run_all<cache_t, query_t, 256>(p, items);  // Gemma 2 and 3
     default: return run_all<cache_t, query_t, 0>(p, items);
   }
 }
