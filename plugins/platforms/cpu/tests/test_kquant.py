@@ -74,6 +74,20 @@ def test_paths_agree_and_rows_do_not_depend_on_their_batch(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_a_prefill_taken_in_blocks_of_rows_gives_each_tiles_sums(path: dict) -> None:
+    # 150 rows of 8,192 inputs: five blocks of 32 quantized rows (256 KiB each), the last one partial. Every tile of
+    # eight rows (four on the AVX2 and portable paths) is the tile it would be alone, so the same sums bit for bit.
+    weight = random_blocks("q4_k", 24, 8192, seed=7)
+    x = torch.randn(150, 8192, generator=torch.Generator().manual_seed(8)).bfloat16()
+    linear = kquant.kquant_linear(weight, None, **path)
+    together = linear(x)
+    assert torch.equal(together, torch.cat([linear(x[r : r + 8]) for r in range(0, 150, 8)]))
+    exact = quantized_inputs(x) @ weight.dequantize().double().T
+    # bfloat16 outputs: within a rounding step of the largest.
+    torch.testing.assert_close(together.double(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("fmt", ["q6_k", "q3_k"])
 def test_an_outlier_input_keeps_the_offset_formats_exact(fmt: str, path: dict) -> None:
     # A BOS position's down-projection input: one value in the thousands beside values near 1 (SmolLM2's reach

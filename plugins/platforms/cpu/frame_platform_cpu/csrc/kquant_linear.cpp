@@ -342,19 +342,29 @@ struct Kquant {
   int64_t m, k, n, nb, row_stride, format, path;
   bool as_float;
 
-  // Output columns [begin, end) from x quantized as `xq`.
+  // Bytes of quantized x rows a pass over the columns keeps in a core's L2.
+  static constexpr int64_t kRowBlockBytes = 256 << 10;
+
+  // Output columns [begin, end) from x quantized as `xq`. A prefill's x is taken in blocks of rows that stay in
+  // L2 while every column passes over them: walking all rows for each column streamed the whole quantized x
+  // (28 MB for 4,096 rows of 6,912) from memory once per column, and 4,096 rows ran at a third of 512's rate. The
+  // tiles start where they did (multiples of the row tile), so each output is the same sum.
   void run(int64_t begin, int64_t end, const SuperView& xq) const {
     float dots[kVnniTile];
     const int64_t row_tile = path == 2 ? kVnniTile : kRowTile;
-    for (int64_t col = begin; col < end; ++col) {
-      const uint8_t* w = weight + col * row_stride;
-      for (int64_t r0 = 0; r0 < m; r0 += row_tile) {
-        const int rows = static_cast<int>(std::min<int64_t>(row_tile, m - r0));
-        with_format(format, [&](auto f) { tile<decltype(f)::value>(path, w, nb, xq, r0, rows, k, dots); });
-        for (int r = 0; r < rows; ++r) {
-          const float v = dots[r] + (bias ? bias[col] : 0.f);
-          if (as_float) yf[(r0 + r) * n + col] = v;
-          else yb[(r0 + r) * n + col] = c10::BFloat16(v);
+    const int64_t block_rows = std::max<int64_t>(1, kRowBlockBytes / k / row_tile) * row_tile;
+    for (int64_t first = 0; first < m; first += block_rows) {
+      const int64_t last = std::min(m, first + block_rows);
+      for (int64_t col = begin; col < end; ++col) {
+        const uint8_t* w = weight + col * row_stride;
+        for (int64_t r0 = first; r0 < last; r0 += row_tile) {
+          const int rows = static_cast<int>(std::min<int64_t>(row_tile, last - r0));
+          with_format(format, [&](auto f) { tile<decltype(f)::value>(path, w, nb, xq, r0, rows, k, dots); });
+          for (int r = 0; r < rows; ++r) {
+            const float v = dots[r] + (bias ? bias[col] : 0.f);
+            if (as_float) yf[(r0 + r) * n + col] = v;
+            else yb[(r0 + r) * n + col] = c10::BFloat16(v);
+          }
         }
       }
     }
