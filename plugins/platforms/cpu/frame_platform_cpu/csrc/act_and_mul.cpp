@@ -4,8 +4,9 @@
 // bfloat16 rounds where torch's two bfloat16 ops do (the activation's result to bfloat16, then the product). Both
 // activations are gate / (1 + exp(-z)) in float32 with a polynomial exp (swiglu.h): z = gate for silu, and for GELU's
 // tanh form, 0.5 x (1 + tanh(y)) = x sigmoid(2y), z = 2 sqrt(2/pi) (gate + 0.044715 gate^3). So a value may land
-// one bfloat16 step from torch's now and then; float32 stays float32 throughout. Rows (a lone row: its columns) are split over torch's
-// intra-op threads, or over a step program's team (the bound form).
+// one bfloat16 step from torch's now and then (GeGLU's far negative tail, where torch's form cancels, more often);
+// float32 stays float32 throughout. Rows (a lone row: its columns) are split over torch's intra-op threads, or over
+// a step program's team (the bound forms).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -28,33 +29,19 @@ using frame_cpu::float_to_bf16;
 
 enum class Gate : int { kSilu, kGeluTanh };
 
-void silu_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
+// One row's act(gate) * up in bfloat16, each product rounded as torch's two ops round it.
+template <bool Gelu>
+void gated_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
 #if FRAME_AVX512_BF16_BITS
   for (int64_t i = 0; i < width; i += 16) {
     const __mmask16 mask = frame_cpu::tail_mask16(width - i);
-    _mm256_mask_storeu_epi16(dst + i, mask,
-                             frame_cpu::swiglu16(frame_cpu::load16(gate + i, mask), frame_cpu::load16(up + i, mask)));
+    _mm256_mask_storeu_epi16(
+        dst + i, mask, frame_cpu::gated16<Gelu>(frame_cpu::load16(gate + i, mask), frame_cpu::load16(up + i, mask)));
   }
 #else
   for (int64_t i = 0; i < width; ++i) {
-    const float g = bf16_to_float(gate[i]);
-    const float silu = bf16_to_float(float_to_bf16(g / (1.0f + frame_cpu::exp_approx(-g))));
-    dst[i] = float_to_bf16(silu * bf16_to_float(up[i]));
-  }
-#endif
-}
-
-void gelu_tanh_and_mul_row(const uint16_t* gate, const uint16_t* up, uint16_t* dst, int64_t width) {
-#if FRAME_AVX512_BF16_BITS
-  for (int64_t i = 0; i < width; i += 16) {
-    const __mmask16 mask = frame_cpu::tail_mask16(width - i);
-    _mm256_mask_storeu_epi16(dst + i, mask,
-                             frame_cpu::geglu16(frame_cpu::load16(gate + i, mask), frame_cpu::load16(up + i, mask)));
-  }
-#else
-  for (int64_t i = 0; i < width; ++i) {
-    const float g = bf16_to_float(gate[i]);
-    dst[i] = float_to_bf16(bf16_to_float(float_to_bf16(frame_cpu::gelu_tanh(g))) * bf16_to_float(up[i]));
+    const float act = bf16_to_float(float_to_bf16(frame_cpu::gate_act<Gelu>(bf16_to_float(gate[i]))));
+    dst[i] = float_to_bf16(act * bf16_to_float(up[i]));
   }
 #endif
 }
@@ -77,13 +64,13 @@ struct Activation {
       if (f32) {
         const float* g = static_cast<const float*>(x) + r * 2 * width + c;
         float* o = static_cast<float*>(out) + r * width + c;
-        if (gate == Gate::kSilu) frame_cpu::swiglu_f32(g, g + width, o, n);
-        else frame_cpu::geglu_f32(g, g + width, o, n);
+        if (gate == Gate::kSilu) frame_cpu::gated_f32<false>(g, g + width, o, n);
+        else frame_cpu::gated_f32<true>(g, g + width, o, n);
       } else {
         const uint16_t* g = static_cast<const uint16_t*>(x) + r * 2 * width + c;
         uint16_t* o = static_cast<uint16_t*>(out) + r * width + c;
-        if (gate == Gate::kSilu) silu_and_mul_row(g, g + width, o, n);
-        else gelu_tanh_and_mul_row(g, g + width, o, n);
+        if (gate == Gate::kSilu) gated_row<false>(g, g + width, o, n);
+        else gated_row<true>(g, g + width, o, n);
       }
     }
   }
@@ -138,13 +125,7 @@ const frame_cpu::RegisterDirect direct_gelu_tanh_and_mul("frame_cpu::gelu_tanh_a
 template <Gate kGate>
 bool bind_activation(const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   if (!a[0]->toTensor().is_contiguous()) return false;
-  call.as<Activation>() = activation(a[0]->toTensor(), a[1]->toTensor(), kGate);
-  call.shared = true;
-  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
-    const Activation& act = bound.as<Activation>();
-    const auto [begin, end] = frame_cpu::share(act.units(), team);
-    act.run(begin, end);
-  };
+  frame_cpu::bind_shares(call, activation(a[0]->toTensor(), a[1]->toTensor(), kGate));
   return true;
 }
 

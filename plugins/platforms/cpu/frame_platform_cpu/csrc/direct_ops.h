@@ -102,4 +102,17 @@ inline std::pair<int64_t, int64_t> share(int64_t n, const Team& team) {
   return {n * team.thread / team.threads, n * (team.thread + 1) / team.threads};
 }
 
+// Binds `work` (plain data with units() and run(begin, end) over them) so that each thread of a team runs its
+// contiguous share of the units: most ops' bound form.
+template <class Work>
+void bind_shares(BoundCall& call, const Work& work) {
+  call.as<Work>() = work;
+  call.shared = true;
+  call.run = [](const BoundCall& bound, const Team& team) {
+    const Work& w = bound.as<Work>();
+    const auto [begin, end] = share(w.units(), team);
+    w.run(begin, end);
+  };
+}
+
 }  // namespace frame_cpu

@@ -354,13 +354,7 @@ F32Product f32_product_of(const c10::IValue* const* a) {
 const frame_cpu::RegisterBind bind_f32("frame_cpu::packed_linear_f32_into",
                                        [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   if (!shareable(a)) return false;
-  call.as<F32Product>() = f32_product_of(a);
-  call.shared = true;
-  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
-    const F32Product& product = bound.as<F32Product>();
-    const auto [begin, end] = frame_cpu::share(product.units(), team);
-    product.run(begin, end);
-  };
+  frame_cpu::bind_shares(call, f32_product_of(a));
   return true;
 }, frame_cpu::Stretch::kAnchors);
 #endif

@@ -127,6 +127,8 @@ struct NormRows {
   float epsilon;
   bool f32;
 
+  int64_t units() const { return rows; }
+
   void run(int64_t begin, int64_t end) const {
     for (int64_t r = begin; r < end; ++r) {
       if (f32) {
@@ -185,13 +187,7 @@ const frame_cpu::RegisterBind bind_add_rms_norm("frame_cpu::add_rms_norm_into",
                                                 [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   const at::Tensor &x = a[0]->toTensor(), &residual = a[1]->toTensor(), &weight = a[2]->toTensor();
   if (!x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous()) return false;
-  call.as<NormRows>() = norm_rows(x, residual, weight, a[3]->toDouble(), a[4]->toTensor(), a[5]->toTensor());
-  call.shared = true;
-  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
-    const NormRows& rows = bound.as<NormRows>();
-    const auto [begin, end] = frame_cpu::share(rows.rows, team);
-    rows.run(begin, end);
-  };
+  frame_cpu::bind_shares(call, norm_rows(x, residual, weight, a[3]->toDouble(), a[4]->toTensor(), a[5]->toTensor()));
   return true;
 }, frame_cpu::Stretch::kJoins);
 

@@ -52,7 +52,7 @@ struct RowNorms {
   bool f32;     // x (and out) float32, else bfloat16
   bool upcast;  // the weight float32, else x's dtype
 
-  int64_t rows() const { return tokens * heads; }
+  int64_t units() const { return tokens * heads; }
 
   template <class T, class W>
   void run_as(int64_t begin, int64_t end) const {
@@ -83,11 +83,12 @@ RowNorms row_norms(const at::Tensor& x, const at::Tensor& weight, double eps, co
   const bool heads = x.dim() == 3;
   return RowNorms{x.data_ptr(), out.data_ptr(), weight.data_ptr(), x.size(0), heads ? x.size(1) : 1, width,
                   x.stride(0), heads ? x.stride(1) : 0, out.stride(0), heads ? out.stride(1) : 0,
-                  static_cast<float>(eps), dtype == at::kFloat, weight.scalar_type() == at::kFloat && dtype != at::kFloat};
+                  static_cast<float>(eps), dtype == at::kFloat,
+                  weight.scalar_type() == at::kFloat && dtype != at::kFloat};
 }
 
 void run_rows(const RowNorms& norms) {
-  at::parallel_for(0, norms.rows(), 16, [&](int64_t begin, int64_t end) { norms.run(begin, end); });
+  at::parallel_for(0, norms.units(), 16, [&](int64_t begin, int64_t end) { norms.run(begin, end); });
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -119,21 +120,11 @@ const frame_cpu::RegisterDirect direct_rms_norm_heads("frame_cpu::rms_norm_heads
 });
 
 // The bound forms (direct_ops.h): the checked pointers, each thread of a team normalising its share of the rows.
-void bind_rows(frame_cpu::BoundCall& call, const RowNorms& norms) {
-  call.as<RowNorms>() = norms;
-  call.shared = true;
-  call.run = [](const frame_cpu::BoundCall& bound, const frame_cpu::Team& team) {
-    const RowNorms& rows = bound.as<RowNorms>();
-    const auto [begin, end] = frame_cpu::share(rows.rows(), team);
-    rows.run(begin, end);
-  };
-}
-
 const frame_cpu::RegisterBind bind_rms_norm("frame_cpu::rms_norm_into",
                                             [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   const at::Tensor& x = a[0]->toTensor();
   if (x.dim() != 2 || x.stride(-1) != 1) return false;
-  bind_rows(call, row_norms(x, a[1]->toTensor(), a[2]->toDouble(), a[3]->toTensor()));
+  frame_cpu::bind_shares(call, row_norms(x, a[1]->toTensor(), a[2]->toDouble(), a[3]->toTensor()));
   return true;
 }, frame_cpu::Stretch::kJoins);
 
@@ -141,7 +132,7 @@ const frame_cpu::RegisterBind bind_rms_norm_heads("frame_cpu::rms_norm_heads_",
                                                   [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   const at::Tensor& x = a[0]->toTensor();
   if (x.dim() != 3) return false;
-  bind_rows(call, row_norms(x, a[1]->toTensor(), a[2]->toDouble(), x));
+  frame_cpu::bind_shares(call, row_norms(x, a[1]->toTensor(), a[2]->toDouble(), x));
   return true;
 }, frame_cpu::Stretch::kJoins);
 

@@ -10,9 +10,9 @@
 // A stretch of direct calls with at least two anchors among them (products a team splits: direct_ops.h's Stretch;
 // a layer's output projection, norm, SwiGLU, down projection, norm, QKV and rotary, between two attention calls)
 // runs in one parallel region: every thread walks the stretch, a call with a binder gives each thread its share,
-// any other runs on the first thread, and the threads meet at a spin barrier after each. Each linear opening and closing its own OpenMP region cost 3-4 us
-// a call with the threads on two Zen 4 CCDs (the worker starting 1.2 us late, a futex wake at each libgomp
-// barrier); a spin barrier costs the cache line's round trip.
+// any other runs on the first thread, and the threads meet at a spin barrier after each. Each linear opening and
+// closing its own OpenMP region cost 3-4 us a call with the threads on two Zen 4 CCDs (the worker starting 1.2 us
+// late, a futex wake at each libgomp barrier); a spin barrier costs the cache line's round trip.
 
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
