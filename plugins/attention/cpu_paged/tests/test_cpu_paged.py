@@ -52,16 +52,19 @@ def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: in
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
-@pytest.mark.parametrize("window", [5, 20, 100])
-def test_bfloat16_sliding_windows_mask_the_keys_before_each_rows_window(heads: int, kv_heads: int, dim: int,
-                                                                        window: int) -> None:
-    # The bfloat16 path masks a window itself (Gemma 2/3's local layers): prefills whose rows' windows start in
-    # different 32-key steps, one after a cached context, and decodes over contexts longer and shorter than it.
+@pytest.mark.parametrize(("window", "softcap"), [(5, None), (20, None), (100, None), (None, 1.5), (20, 30.0)])
+def test_bfloat16_windows_and_softcaps_on_the_bfloat16_path(heads: int, kv_heads: int, dim: int, window: int | None,
+                                                            softcap: float | None) -> None:
+    # The bfloat16 path masks a window and caps the scores itself (Gemma 2/3's local layers, Gemma 2's soft-cap):
+    # prefills whose rows' windows start in different 32-key steps, one after a cached context, and decodes over
+    # contexts longer and shorter than the window. Scores of about 10 put a cap of 1.5 deep in tanh's flat part.
     q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7, 50], [70, 1, 1, 1, 150], 16, heads, kv_heads, dim,
                                                  seed=2)
     q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window)
-    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window)
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
+                                logit_softcap=softcap)
+    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window,
+                                   logit_softcap=softcap)
     torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
 
 
@@ -169,11 +172,11 @@ def test_a_tokens_float32_attention_is_the_same_bits_however_its_step_splits_the
         assert torch.equal(attend(steps), whole), steps
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim", "window"),
-                         [(9, 3, 64, None), (16, 4, 128, None), (8, 8, 64, None), (4, 1, 256, None), (9, 3, 64, 20),
-                          (4, 1, 256, 50)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "window", "softcap"),
+                         [(9, 3, 64, None, None), (16, 4, 128, None, None), (8, 8, 64, None, None),
+                          (4, 1, 256, None, None), (9, 3, 64, 20, None), (4, 1, 256, 50, None), (8, 4, 256, 40, 50.0)])
 def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_splits_the_prompt(
-        heads: int, kv_heads: int, dim: int, window: int | None) -> None:
+        heads: int, kv_heads: int, dim: int, window: int | None, softcap: float | None) -> None:
     # In bfloat16 the decode path and the prefill path sum in different orders (on AMX on different units), so
     # rows the metadata marks as prompt rows take the prefill path however few they are: a prompt's last one or two
     # tokens after a prefix-cache hit, or one token a step, get the bits the whole prompt gave them. 200 tokens:
@@ -183,7 +186,8 @@ def test_a_prompt_tokens_bfloat16_attention_is_the_same_bits_however_its_step_sp
     gen = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn(tokens, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
     oq, ok, ov = (torch.randn(others, n, dim, generator=gen).bfloat16() for n in (heads, kv_heads, kv_heads))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window)
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
+                                logit_softcap=softcap)
     prompt_table = [3, 17, 9, 0, 12, 5, 14, 1, 10, 7, 2, 16, 4]
     decode_tables = [[*prompt_table[:8], 20 + 2 * i, 21 + 2 * i] for i in range(others)]
 

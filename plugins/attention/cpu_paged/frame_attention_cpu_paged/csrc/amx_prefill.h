@@ -45,9 +45,10 @@ class FlashPrefill : public FlashSoftmax<D> {
   explicit FlashPrefill(const Problem<bf16, bf16>& p) : FlashSoftmax<D>(p) {}
 
   // True when this kernel can serve the problem's prefill items (the values' product goes four 16-dim tiles at a
-  // time; a 16-key tile must lie in one block; no sliding window: it masks only keys past each row's token).
+  // time; a 16-key tile must lie in one block; no sliding window or soft-cap: it masks only keys past each row's
+  // token, and softmaxes the plain scores).
   static bool serves(const Problem<bf16, bf16>& p) {
-    return D % 64 == 0 && p.block_size % 16 == 0 && p.window == 0;
+    return D % 64 == 0 && p.block_size % 16 == 0 && p.window == 0 && p.softcap <= 0.0f;
   }
 
   // One item (a tile of one sequence's new tokens, every head): writes its rows of p.out.

@@ -73,6 +73,15 @@ class Bf16Rows {
     }
   }
 
+  // Raw dot products to softmax scores: times the scale, then soft-capped (cap * tanh(s / cap)) where the layer
+  // caps them (Gemma 2).
+  __m512 scores(__m512 dots) const {
+    const __m512 s = _mm512_mul_ps(dots, _mm512_set1_ps(p_.scale));
+    if (p_.softcap <= 0.0f) return s;
+    const __m512 cap = _mm512_set1_ps(p_.softcap);
+    return _mm512_mul_ps(cap, tanh16(_mm512_div_ps(s, cap)));
+  }
+
   void finish_row(int64_t row, __m512 lo, __m512 hi, int valid, int first) {
     finish_rows<1>(row, &lo, &hi, &valid, &first);
   }
@@ -87,12 +96,11 @@ class Bf16Rows {
     if constexpr (R > 1 && R * D > 256) {  // the rows' accumulators would not fit in the registers
       for (int b = 0; b < R; ++b) finish_rows<1>(row + b, lo + b, hi + b, valid + b, first + b);
     } else {
-      const __m512 scale = _mm512_set1_ps(p_.scale);
       alignas(64) uint32_t pairs[R][kKeys / 2];
       int most = 0;
       for (int b = 0; b < R; ++b) {
         float* acc = acc_.data() + (row + b) * D;
-        const __m512i probs = fold32<D>(_mm512_mul_ps(lo[b], scale), _mm512_mul_ps(hi[b], scale), valid[b],
+        const __m512i probs = fold32<D>(scores(lo[b]), scores(hi[b]), valid[b],
                                         max_[row + b], sum_[row + b], acc, first[b]);
         _mm512_store_si512(pairs[b], probs);  // zero past the row's valid keys
         most = std::max(most, valid[b]);
@@ -181,13 +189,12 @@ class Bf16Rows {
         dots[r][j] = a;
       }
     }
-    const __m512 scale = _mm512_set1_ps(p_.scale);
     for (int r = 0; r < R; ++r) {
       const int valid = head.valid(r), first = head.first(r);
       __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
       if (valid > first) {
-        lo = _mm512_mul_ps(reduce16(dots[r]), scale);
-        hi = head.n > 16 ? _mm512_mul_ps(reduce16(dots[r] + 16), scale) : _mm512_setzero_ps();
+        lo = scores(reduce16(dots[r]));
+        hi = head.n > 16 ? scores(reduce16(dots[r] + 16)) : _mm512_setzero_ps();
         fold32_float<D>(lo, hi, valid, max_[head.row0 + r], sum_[head.row0 + r], acc_.data() + (head.row0 + r) * D,
                         first);
       }
@@ -222,7 +229,6 @@ class Bf16Rows {
   __attribute__((noinline)) void amx_tile_rows(const HeadState& head) {
     alignas(64) float s[16 * kKeys];
     alignas(64) uint32_t probs[16][16];
-    const __m512 scale = _mm512_set1_ps(p_.scale);
     // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
     const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / 16 * 16;
     for (int64_t rb = first_seeing; rb < head.rows; rb += 16) {
@@ -235,8 +241,8 @@ class Bf16Rows {
           continue;
         }
         const int64_t row = head.row0 + rb + r;
-        const __m512i pairs = fold32<D>(_mm512_mul_ps(_mm512_load_ps(s + r * kKeys), scale),
-                                        _mm512_mul_ps(_mm512_load_ps(s + r * kKeys + 16), scale), valid, max_[row],
+        const __m512i pairs = fold32<D>(scores(_mm512_load_ps(s + r * kKeys)),
+                                        scores(_mm512_load_ps(s + r * kKeys + 16)), valid, max_[row],
                                         sum_[row], acc_.data() + row * D, first);
         _mm512_store_si512(probs[r], pairs);
       }

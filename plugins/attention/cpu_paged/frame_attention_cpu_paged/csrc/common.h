@@ -104,7 +104,7 @@ struct Problem {
   const bool* prompt = nullptr;
 
   // A window or a soft-cap: the float path's generic loops serve them (its AVX-512 and AVX2 chunks assume
-  // neither); the bfloat16 path masks a window and leaves a soft-cap to the float path.
+  // neither); the bfloat16 path does both itself.
   bool limited() const { return window > 0 || softcap > 0.0f; }
   bool is_prompt(int64_t seq) const { return prompt != nullptr && prompt[seq]; }
 };

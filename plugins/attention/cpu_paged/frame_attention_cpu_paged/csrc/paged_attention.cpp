@@ -68,25 +68,25 @@ bool lone_decode_in_one_region(const Problem<c10::BFloat16, c10::BFloat16>& p, c
 template <typename cache_t, typename query_t, int D>
 void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& items) {
 #if defined(__AVX512BF16__)
+  // The bfloat16 path serves every bfloat16 problem of its head sizes: it masks a sliding window and applies a
+  // soft-cap itself.
   if constexpr (std::is_same_v<cache_t, c10::BFloat16> && std::is_same_v<query_t, c10::BFloat16> && D > 0 &&
                 D % 32 == 0) {
-    if (p.softcap <= 0.0f) {  // a sliding window it masks; a soft-cap goes to the float path
-      Cascade<D> cascade(p, p.num_seqs, at::get_num_threads());
-      if (lone_decode_in_one_region<D>(p, items, cascade)) return;
-      if (!cascade.work.empty())
-        run_items(cascade.work, [&] {
-          return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
-        });
+    Cascade<D> cascade(p, p.num_seqs, at::get_num_threads());
+    if (lone_decode_in_one_region<D>(p, items, cascade)) return;
+    if (!cascade.work.empty())
+      run_items(cascade.work, [&] {
+        return [runner = Bf16ItemRunner<D>(p, cascade)](const PrefixWork& work) mutable { runner.prefix(work); };
+      });
 #if FRAME_PAGED_AMX
-      if (amx::permitted() && amx::FlashPrefill<D>::serves(p)) {
-        run_items(plan_items(p.query_start, p.num_seqs, p.heads / p.kv_heads, kFlashTokens),
-                  [&] { return Bf16ItemRunner<D>(p, cascade); });
-        return;
-      }
-#endif
-      run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); });
+    if (amx::permitted() && amx::FlashPrefill<D>::serves(p)) {
+      run_items(plan_items(p.query_start, p.num_seqs, p.heads / p.kv_heads, kFlashTokens),
+                [&] { return Bf16ItemRunner<D>(p, cascade); });
       return;
     }
+#endif
+    run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); });
+    return;
   }
 #endif
   run_items(items, [&] {
