@@ -269,17 +269,21 @@ def test_strided_qkv_columns_give_the_contiguous_answer(dtype: torch.dtype) -> N
 
 @pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn])
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (8, 2, 128)])
-def test_quantized_prefills_with_bfloat16_queries(kv_dtype: torch.dtype, heads: int, kv_heads: int, dim: int) -> None:
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (40, None), (None, 30.0)])
+def test_quantized_prefills_with_bfloat16_queries(kv_dtype: torch.dtype, heads: int, kv_heads: int, dim: int,
+                                                   window: int | None, softcap: float | None) -> None:
     # Long prefills (one after a cached context) with a decode beside them: on CPUs with AVX-512 BF16 such a step
-    # dequantizes the blocks it reads once and attends on the bfloat16 path; elsewhere the float path widens them.
+    # dequantizes the blocks it reads once (with a window, those from each sequence's first window on) and attends
+    # on the bfloat16 path; elsewhere the float path widens them.
     q, k, v, k_cache, v_cache, meta = make_batch([0, 70, 300], [250, 130, 1], 16, heads, kv_heads, dim, seed=5)
     q, k, v = (t.bfloat16() for t in (q, k, v))
     k_q, v_q, kc_q, vc_q = quantized_kv(k, v, k_cache, v_cache, kv_dtype)
-    out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16).forward(q, k, v, kc_q, vc_q, meta)
+    limits = {"sliding_window": window, "logit_softcap": softcap}
+    out = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, **limits).forward(q, k, v, kc_q, vc_q, meta)
     expected = reference_attention(q, k_q, v_q, dequantize_rows(kc_q, torch.float32),
-                                   dequantize_rows(vc_q, torch.float32), meta, 0.125)
+                                   dequantize_rows(vc_q, torch.float32), meta, 0.125, **limits)
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
-    float_kv = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+    float_kv = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, **limits)
     torch.testing.assert_close(out.float(), float_kv.float(), **quantized_tolerance(kv_dtype, torch.bfloat16))
 
 

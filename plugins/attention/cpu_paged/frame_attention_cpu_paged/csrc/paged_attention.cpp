@@ -115,7 +115,8 @@ void attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cac
 // query tile) over a quantized pool, with bfloat16 queries on a CPU with AVX-512 BF16: the blocks the step reads are
 // dequantized once into a bfloat16 scratch pool and attended by the bfloat16 path (AMX tiles where the CPU has
 // them), instead of being widened chunk by chunk on the float path for every tile. Decodes (each key read once)
-// stay on the float path, which reads the codes in place. Returns false when the step does not qualify.
+// stay on the float path, which reads the codes in place. With a sliding window only the blocks from each sequence's
+// first window on are widened (the bfloat16 path's sweep starts there). Returns false when the step does not qualify.
 bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at::Tensor& k_cache,
                              const at::Tensor& v_cache, const at::Tensor& tables, const at::Tensor& starts,
                              const at::Tensor& lens, double scale, int64_t window, double softcap,
@@ -123,20 +124,29 @@ bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at:
 #if defined(__AVX512BF16__)
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2), row = k_cache.size(3);
   const int64_t dim = row - kScaleBytes, seqs = lens.numel(), width = tables.size(1);
-  if (query.scalar_type() != at::kBFloat16 || dim % 32 != 0 || window > 0 || softcap > 0.0) return false;
+  if (query.scalar_type() != at::kBFloat16 || dim % 32 != 0) return false;
   const int32_t* sl = lens.data_ptr<int32_t>();
   const int32_t* qs = starts.data_ptr<int32_t>();
   const int32_t* tp = tables.data_ptr<int32_t>();
+  // Per sequence, the first block its sweep reads: the 32-key step holding its first query's first key.
+  std::vector<int64_t> first_block(seqs, 0);
+  if (window > 0)
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t first_pos = sl[s] - (qs[s + 1] - qs[s]);
+      first_block[s] = std::max<int64_t>(0, first_pos - window + 1) / kKeys * kKeys / block_size;
+    }
   int64_t work = 0, context = 0;  // query x key pairs, and keys read
   for (int64_t s = 0; s < seqs; ++s) {
-    work += static_cast<int64_t>(qs[s + 1] - qs[s]) * sl[s];
-    context += sl[s];
+    const int64_t keys = sl[s] - first_block[s] * block_size;
+    work += static_cast<int64_t>(qs[s + 1] - qs[s]) * keys;
+    context += keys;
   }
   constexpr int64_t kMinReuse = 32;  // a key read by at least this many queries on average
   if (work < kMinReuse * context) return false;
   std::vector<int32_t> used;
   for (int64_t s = 0; s < seqs; ++s)
-    used.insert(used.end(), tp + s * width, tp + s * width + (sl[s] + block_size - 1) / block_size);
+    used.insert(used.end(), tp + s * width + first_block[s],
+                tp + s * width + (sl[s] + block_size - 1) / block_size);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   const auto n = static_cast<int64_t>(used.size());
@@ -146,8 +156,8 @@ bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at:
   at::Tensor remapped = at::empty(tables.sizes(), tables.options());
   int32_t* rp = remapped.data_ptr<int32_t>();
   std::fill(rp, rp + remapped.numel(), 0);
-  for (int64_t s = 0; s < seqs; ++s)
-    for (int64_t b = 0; b < (sl[s] + block_size - 1) / block_size; ++b)
+  for (int64_t s = 0; s < seqs; ++s)  // blocks before first_block stay 0: the sweep never reads them
+    for (int64_t b = first_block[s]; b < (sl[s] + block_size - 1) / block_size; ++b)
       rp[s * width + b] = static_cast<int32_t>(std::lower_bound(used.begin(), used.end(), tp[s * width + b]) - used.begin());
   auto widen = [&](auto* codes) {
     using code_t = std::remove_pointer_t<decltype(codes)>;
