@@ -107,10 +107,8 @@ class Bf16ItemRunner : public Bf16Rows<D> {
         }
       k_begin = cascade_.shared[item.seq];
     }
-    // With a sliding window no row sees a key before the first row's window: the sweep starts at the step that
-    // holds its first key (steps stay where a sweep from key 0 puts them, so a row's sums are the same).
-    if (p_.window > 0)
-      k_begin = std::max<int64_t>(k_begin, std::max<int64_t>(0, first_pos - p_.window + 1) / kKeys * kKeys);
+    // With a sliding window no row sees a key before the first row's window.
+    if (p_.window > 0) k_begin = std::max<int64_t>(k_begin, window_sweep_start(first_pos, p_.window));
     // Prompt rows take the prefill path however few they are: the last one or two tokens of a prompt the prefix
     // cache covers then get the bits they get inside a long prefill (each row's sums are its own on that path), and
     // a request answers the same whether its prefix was cached or not. The decode path sums in another order (and

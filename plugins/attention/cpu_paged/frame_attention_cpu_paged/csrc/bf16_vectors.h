@@ -42,6 +42,13 @@ static_assert(permuted_dim(16) == 4 && permuted_dim(4) == 8 && permuted_dim(20) 
 
 constexpr int kKeys = 32;  // keys per online-softmax step: two vectors of scores
 
+// The first key a sweep of rows from position `first_pos` on reads under a sliding window: the start of the step
+// holding the first row's first key (steps stay where a sweep from key 0 puts them, so a row's sums do not depend on
+// where its sweep began). The bfloat16 path's items start there, and a quantized pool's prefill widens from there.
+inline int64_t window_sweep_start(int64_t first_pos, int64_t window) {
+  return std::max<int64_t>(0, first_pos - window + 1) / kKeys * kKeys;
+}
+
 // tanh in sixteen lanes: (1 - e) / (1 + e) with e = exp(-2|x|), the sign put back. Near zero 1 - e cancels to an
 // absolute error of a few 1e-8, below what a soft-capped score (cap * tanh(s / cap)) can notice.
 inline __m512 tanh16(__m512 x) {

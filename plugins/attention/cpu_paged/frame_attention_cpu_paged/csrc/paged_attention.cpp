@@ -133,7 +133,7 @@ bool attend_through_bfloat16(at::Tensor& out, const at::Tensor& query, const at:
   if (window > 0)
     for (int64_t s = 0; s < seqs; ++s) {
       const int64_t first_pos = sl[s] - (qs[s + 1] - qs[s]);
-      first_block[s] = std::max<int64_t>(0, first_pos - window + 1) / kKeys * kKeys / block_size;
+      first_block[s] = window_sweep_start(first_pos, window) / block_size;
     }
   int64_t work = 0, context = 0;  // query x key pairs, and keys read
   for (int64_t s = 0; s < seqs; ++s) {
