@@ -213,11 +213,8 @@ def fused_add_rms_norm(weight: torch.Tensor, eps: float):
     return norm
 
 
-def fused_silu_and_mul():
-    """SwiGLU's ``silu(gate) * up`` in one native pass for bfloat16 or float32 rows; None (torch's path)
-    otherwise."""
-    load()
-    op = torch.ops.frame_cpu.silu_and_mul.default
+def _rows_of_activations(op):
+    """``op`` (a native gated activation) for 2-D bfloat16 or float32 rows; None (torch's path) otherwise."""
 
     def act(x: torch.Tensor) -> torch.Tensor | None:
         if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 2:
@@ -225,20 +222,20 @@ def fused_silu_and_mul():
         return op(x)
 
     return act
+
+
+def fused_silu_and_mul():
+    """SwiGLU's ``silu(gate) * up`` in one native pass for bfloat16 or float32 rows; None (torch's path)
+    otherwise."""
+    load()
+    return _rows_of_activations(torch.ops.frame_cpu.silu_and_mul.default)
 
 
 def fused_gelu_tanh_and_mul():
     """GeGLU's ``gelu_tanh(gate) * up`` (Gemma's activation) in one native pass for bfloat16 or float32 rows; None
     (torch's path) otherwise."""
     load()
-    op = torch.ops.frame_cpu.gelu_tanh_and_mul.default
-
-    def act(x: torch.Tensor) -> torch.Tensor | None:
-        if x.dtype not in NATIVE_ACTIVATIONS or x.dim() != 2:
-            return None
-        return op(x)
-
-    return act
+    return _rows_of_activations(torch.ops.frame_cpu.gelu_tanh_and_mul.default)
 
 
 def _norm_weight(weight: torch.Tensor, offset: float, upcast: bool) -> torch.Tensor:
