@@ -4,6 +4,8 @@ cut off (time limit: the worker is killed and replaced; memory cap: MemoryError)
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -79,5 +81,26 @@ def test_a_job_msgpack_cannot_carry_is_a_400_and_costs_no_worker(tokenizer):
             assert await pool.render(_job()) and pool.pids == first and pool.short == 0
         finally:
             await pool.close()
+
+    asyncio.run(run())
+
+
+def test_a_signal_to_the_process_group_leaves_the_workers_to_their_pool(tokenizer):
+    """Ctrl-C or a SIGTERM sent to the server's whole process group reaches the workers too: they ignore it and
+    keep serving, so the pool does not read their exit as a kill from outside (and log it as an error) before
+    it closes them itself."""
+
+    async def run() -> None:
+        pool = RenderPool(render_init(tokenizer), size=1, timeout_s=TIMEOUT_S)
+        await pool.start()
+        try:
+            first = pool.pids
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                os.kill(first[0], sig)
+            await asyncio.sleep(0.5)
+            assert await pool.render(_job()) and pool.pids == first and pool.short == 0
+        finally:
+            await pool.close()
+        assert pool.pids == []
 
     asyncio.run(run())

@@ -73,7 +73,8 @@ def serve_piped(prog: str, argv: list[str] | None, incoming: Any,
     """The child side of :func:`spawn_piped`: its arguments (``--parent-pid``), stdout kept for frames alone (stray
     prints go to stderr, the log), the parent watch, then frames of ``incoming`` (a tagged union) on stdin.
     ``start(first message)`` returns the ready answer and the handler of every later message (whose answer goes
-    back; None: none); it may raise SystemExit for a first message of the wrong kind. Returns at end of input."""
+    back; None: none); it may raise SystemExit for a first message of the wrong kind. Returns at end of input.
+    SIGINT and SIGTERM are ignored: the worker ends with its input, a SIGKILL from its owner, or its parent."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--parent-pid", type=int, required=True)
     args = parser.parse_args(argv)
@@ -81,6 +82,10 @@ def serve_piped(prog: str, argv: list[str] | None, incoming: Any,
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     inp = sys.stdin.buffer
     watch_parent(args.parent_pid)
+    # A Ctrl-C or a SIGTERM sent to the whole process group is the parent's to handle: it closes its pool and
+    # kills its workers itself. Dying first would read, in the parent, as a worker killed from outside.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     data = read_frame(inp)
     if data is None:
         return 0
