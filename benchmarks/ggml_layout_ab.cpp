@@ -1,7 +1,7 @@
 // Which weight layout lets a one-row GGUF product stream at the read floor: the cpu platform's (each group of 16
 // output rows contiguous over its blocks, a decode set reading four groups' streams at once, and their scales'
-// streams) against a group set's blocks interleaved into one stream (block b of groups g..g+3, then block b+1),
-// the same bytes and the same arithmetic (q4_1's: nibbles in place, vpdpbusd, float16 scales), in one process,
+// streams) against a group set's blocks interleaved into one stream (block b of groups g..g+3, then block b+1; the
+// set's scales interleaved the same way, a second stream beside it), the same bytes and the same arithmetic (q4_1's: nibbles in place, vpdpbusd, float16 scales), in one process,
 // rounds alternating with a plain read of the weight bytes. The sums are not checked: random bytes, speed only.
 //
 //     g++ -O2 -march=native -fopenmp benchmarks/ggml_layout_ab.cpp -o /tmp/ggml_layout_ab && /tmp/ggml_layout_ab
