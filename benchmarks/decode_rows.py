@@ -15,7 +15,9 @@ kernel's own rate and the call's fixed cost, without the memory system. bfloat16
 ``kernels.bfloat16_linear`` (AMX tiles where the CPU has them) and, with AVX-512 BF16, the ``vdpbf16ps`` kernel
 too. ``--huge-pages`` builds each format a second time with its packed weights on transparent huge pages (the
 platform's ``huge_pages`` arena, as a served model has them; "NAME huge" in the output) and times both in each round;
-the floor's buffer stays on 4 KiB pages.
+the floor's buffer stays on 4 KiB pages. ``--replay`` runs each step as a served decode step does: recorded once
+and replayed as the platform's native step program (no Python per call; with two threads the linears run as one
+team, meeting at a barrier after each), so the per-call cost left is the kernel's own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pathlib import Path
 import torch
 from frame import native
 from frame_platform_cpu import huge_pages, kernels, probe, quantized
+from frame_platform_cpu.record import record
+from frame_platform_cpu.replay import compile_replay
 
 #: (out features, in features, calls per step), as linear_dtypes.py.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
@@ -79,6 +83,20 @@ def paired(floor: Callable[[], object], step: Callable[[], object], repeat: int,
     return best[0], best[1]
 
 
+def replayed(linears: list[tuple[Linear, int]], xs: dict[int, torch.Tensor]) -> Callable[[], object]:
+    """The step's calls recorded once and replayed as a native step program (``--replay``)."""
+
+    def step() -> torch.Tensor:
+        out = None
+        for linear, i in linears:
+            out = linear(xs[i])
+        assert out is not None
+        return out
+
+    recording, _ = record(step)
+    return compile_replay(recording)
+
+
 def in_cache(steps: dict, rows: int, calls: int = 200) -> None:
     """Each shape's linear called ``calls`` times in a row, so its weight stays in L2: one core's CPU time per call
     (the kernel and the call's fixed cost, no memory stalls), as weight GB/s."""
@@ -112,6 +130,8 @@ def main() -> None:
     parser.add_argument("--in-cache", action="store_true", help="also time each shape with its weight in L2")
     parser.add_argument("--huge-pages", action="store_true",
                         help="also each format with its packed weights on transparent huge pages")
+    parser.add_argument("--replay", action="store_true",
+                        help="time each step replayed as a native step program (a served decode step's way)")
     args = parser.parse_args()
     kernels.load()
     native.load_library("frame_bench_floor", [Path(__file__).with_name("read_floor.cpp")], ("-O3", "-march=native"))
@@ -138,8 +158,9 @@ def main() -> None:
                 floor = floor_buffer[: int(step_bytes) // 256 * 64]
                 for rows in (int(r) for r in args.rows.split(",")):
                     xs = {i: torch.randn(rows, i, generator=gen).to(dtype) for _, i in linears}
-                    floor_s, step_s = paired(lambda f=floor: read_floor(f),
-                                             lambda ls=linears, xs=xs: [f(xs[i]) for f, i in ls], args.repeat,
+                    step = (replayed(linears, xs) if args.replay
+                            else lambda ls=linears, xs=xs: [f(xs[i]) for f, i in ls])
+                    floor_s, step_s = paired(lambda f=floor: read_floor(f), step, args.repeat,
                                              time.thread_time if threads == 1 else time.perf_counter)
                     floor_gbs = floor.numel() * 4 / floor_s / 1e9
                     gbs = step_bytes / step_s / 1e9

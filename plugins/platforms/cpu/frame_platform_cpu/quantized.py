@@ -25,6 +25,10 @@ GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl":
 #: Bytes of one block of 32 in each of them.
 _BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 
+#: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
+#: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
+SET_GROUPS = 4
+
 Kernel = Callable[[torch.Tensor], torch.Tensor | None]
 
 
@@ -57,7 +61,8 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
     q4_1 / iq4_nl: ggml's 16 nibble bytes, 4 chunks; q8_0: its 32 bytes XOR 0x80, i.e. q + 128 unsigned, 8 chunks;
     q5_0 / q5_1: the nibbles' 4 chunks and a fifth of 8 little-endian 64-bit masks, mask i's bit 4 j + t the high
     bit of row j's input 4 i + t) and the 16 rows' float16 scales (d, then m for q4_1 / q5_1). Returns ``(qs uint8
-    [groups, blocks, quads, 16, 4], scales float16 [groups, blocks, 1 or 2, 16])``."""
+    [groups, blocks, quads, 16, 4], scales float16 [groups, blocks, 1 or 2, 16])``, each stored set by set
+    (``_interleave_sets``: the groups' blocks side by side) in a tensor of that shape."""
     block = _BLOCK_BYTES[fmt]
     rows, row_bytes = blocks.shape
     nb = row_bytes // block
@@ -81,7 +86,18 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
         bits = bits.reshape(groups, 16, nb, 8, 4).permute(0, 2, 3, 1, 4)  # [groups, nb, mask i, row j, t]
         masks = (bits.reshape(groups, nb, 8, 8, 8).int() << torch.arange(8)).sum(-1).to(torch.uint8)
         qs = torch.cat([qs, masks.reshape(groups, nb, 1, 16, 4)], dim=2)
-    return qs.contiguous(), scales
+    return _interleave_sets(qs), _interleave_sets(scales)
+
+
+def _interleave_sets(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [groups, blocks, ...] with each set of SET_GROUPS consecutive groups (the last set may have fewer)
+    stored block-major: block 0 of each of its groups, then block 1. The set keeps the bytes its groups held, so
+    group g's blocks begin in the same set as before and lie one block row (its set's groups) apart."""
+    groups, full = t.shape[0], t.shape[0] // SET_GROUPS * SET_GROUPS
+    parts = [t[:full].reshape(full // SET_GROUPS, SET_GROUPS, *t.shape[1:]).transpose(1, 2).reshape(-1)]
+    if full < groups:
+        parts.append(t[full:].transpose(0, 1).reshape(-1))
+    return torch.cat(parts).reshape(t.shape)
 
 
 def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool | None = None,

@@ -121,6 +121,22 @@ def test_repacked_rows_do_not_depend_on_their_batch(fmt: str, dtype: torch.dtype
         assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
 
 
+def test_repacked_sets_hold_their_groups_blocks_side_by_side(monkeypatch) -> None:
+    # Six groups of 16 rows, three blocks each: set 0 holds groups 0-3 and set 1 groups 4-5, each block-major (block
+    # b of the set's groups side by side, then b + 1) in the bytes its groups would fill one after the other.
+    blocks = packed("q5_1", 96, 96).tensors["blocks"]
+    qs, scales = quantized.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
+    monkeypatch.setattr(quantized, "SET_GROUPS", 1)  # sets of one group: group-major, each group's blocks in turn
+    by_group = quantized.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
+    for packed_, group_major in zip((qs, scales), by_group, strict=True):
+        assert packed_.shape == group_major.shape
+        rows, reference = packed_.reshape(18, -1), group_major.reshape(6, 3, -1)
+        for first, count in ((0, 4), (4, 2)):
+            for b in range(3):
+                for i in range(count):
+                    assert torch.equal(rows[first * 3 + b * count + i], reference[first + i, b])
+
+
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -257,40 +257,76 @@ void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedView& xq, int64_t r0
 //   q8_0:        8 chunks of the rows' bytes, each XOR 0x80 (q + 128, unsigned) for vpdpbusd's u8 operand.
 //   iq4_nl:      as q4_0; the nibbles index a table of its levels + 128 (vpshufb) in registers.
 //   q5_0 / q5_1: as q4_0, and a fifth chunk of 8 64-bit masks of the rows' high bits (ggml_blocks.h).
-// `scales` holds the 16 rows' float16 d (then, q4_1 / q5_1, m) per block, [16] each. The weight is read exactly once
-// per row tile, sequentially, at ggml's own bytes per value.
+// `scales` holds the 16 rows' float16 d (then, q4_1 / q5_1, m) per block, [16] each. Groups come in sets of
+// kSetGroups (RepackedSets below) whose blocks interleave, so a one-row product reads each set as one stream.
 constexpr int kGroup = 16;
 constexpr int kVnniRows = 4;              // rows of x per pass over a group (measured: 8 and two chains no faster)
-constexpr int64_t kPrefetchAhead = 1024;  // bytes of the weight asked for ahead of the block being multiplied
-constexpr int kDecodeGroups = 4;          // groups a one-row product takes in step (group_set_vnni)
+constexpr int64_t kPrefetchAhead = 1024;  // bytes of a group's own blocks asked for ahead of the one multiplied
+// Bytes of a set's stream asked for ahead of the block row being multiplied (group_set_vnni): on a Zen 5 core a
+// set read 4 KB ahead streamed at 97-99% of a plain read, 2 KB ahead at 81% (benchmarks/ggml_layout_ab.cpp).
+constexpr int64_t kStreamAhead = 4096;
+#endif
 
+#if FRAME_GGML_REPACKED
+// Groups of 16 output rows taken in step by a one-row product; quantized.SET_GROUPS packs them so.
+constexpr int kSetGroups = 4;
+
+// Where the repacked layout keeps a group's blocks. Groups kSetGroups s.. kSetGroups s + kSetGroups - 1 (the
+// last set fewer) form set s, which fills the bytes those groups would fill one after the other, but block-major:
+// block b of each of its groups side by side, then block b + 1. A one-row product reads a set's groups in step
+// from one stream (four streams at once held a core to 50-60% of its read rate); a batched one reads a group's
+// blocks a block row apart.
+struct GroupPlace {
+  int64_t q, s;              // the group's first block: bytes into qs, values into scales
+  int64_t qstride, sstride;  // from one of its blocks to the next (its set's block row)
+  int64_t set_end;           // the group after its set
+};
+
+struct RepackedSets {
+  const uint8_t* qs;
+  const uint16_t* scales;
+  int64_t groups, nb, group_qbytes, group_scales;  // a group's bytes in qs and values in scales
+
+  GroupPlace place(int64_t g) const {
+    const int64_t first = g / kSetGroups * kSetGroups, count = std::min<int64_t>(kSetGroups, groups - first);
+    const int64_t qbytes = group_qbytes / nb, sbytes = group_scales / nb;
+    return {first * group_qbytes + (g - first) * qbytes, first * group_scales + (g - first) * sbytes, count * qbytes,
+            count * sbytes, first + count};
+  }
+};
+#endif
+
+#if FRAME_GGML_VNNI
 inline __m512i broadcast_quad(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
   return _mm512_set1_epi32(v);
 }
 
-// One group of 16 output rows against R rows of quantized x (rows r0.. of xq): acc[r] lane j = row j's dot.
+// One group of 16 output rows against R rows of quantized x (rows r0.. of xq), its blocks `qstride` bytes and their
+// scales `sstride` values apart: acc[r] lane j = row j's dot.
 template <int64_t Format, int R>
-void group_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0,
-                int64_t k, __m512* acc) {
+void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
+                const QuantizedView& xq, int64_t r0, int64_t k, __m512* acc) {
   constexpr int quads = quads_of<Format>();
-  constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
+  constexpr int64_t qbytes = quads * 64;
   constexpr int32_t offset = vnni_offset_of<Format>();
+  constexpr int64_t blocks_ahead = std::max<int64_t>(1, kPrefetchAhead / qbytes);
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* qx = xq.q + r0 * k;
   const float* dx = xq.d + r0 * nb;
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = qs + b * qbytes;
+    const uint8_t* wb = qs + b * qstride;
+    const uint16_t* sb = scales + b * sstride;
     // The weight streams from memory once: asking for it 1 KB ahead into L1 took one row's step from 2.9 to 2.6
     // ms (a plain read of the same bytes: 2.5), four rows' from 4.3 to 3.3.
-    for (int c = 0; c < quads; ++c) _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchAhead + 64 * c), _MM_HINT_T0);
-    if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + b * sbytes + kPrefetchAhead / 8), _MM_HINT_T0);
+    for (int c = 0; c < quads; ++c)
+      _mm_prefetch(reinterpret_cast<const char*>(wb + blocks_ahead * qstride + 64 * c), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(sb + blocks_ahead * sstride), _MM_HINT_T0);
     __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
     values_vnni<Format>(wb, w);
-    const uint16_t* sb = scales + b * sbytes;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
     __m512 mw = _mm512_setzero_ps();
     if constexpr (has_min(Format)) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)));
@@ -357,64 +393,48 @@ constexpr _mm_hint kSetHint = _MM_HINT_T0;
 constexpr _mm_hint kSetHint = _MM_HINT_T1;
 #endif
 
-// G adjacent groups (group_qbytes / group_scales apart) against one row of quantized x, their blocks taken in
-// step: a decode row's product. out[i] lane j = group i's row j's dot. With one group at a time a row's step
-// waited on the weight's latency (one stream, one chain of vpdpbusd per block); G streams and chains overlap.
-// The sums stay in registers (local, read through nothing that could alias them) and are stored once at the end.
-//
-// Each group's stream is asked for kPrefetchAhead bytes ahead. Near its end that address would fall in the next
-// group, which this set reads already; instead it moves on to the group that takes this one's place in the set the
-// caller runs next (`next`: its first group and its size, the same group sizes), so those streams start warm.
-// Without that every set began with G cold streams: on the Xeon with AMX a one-row step's linears read 7-11%
-// slower, one thread or two.
-struct NextSet {
-  const uint8_t* qs;
-  const uint16_t* scales;
-  int groups;
-};
-
+// G groups side by side in a set's block rows (the first at qs and scales, its blocks qstride bytes and sstride
+// values apart) against one row of quantized x: a decode row's product. out[i] lane j = group i's row j's dot.
+// With one group at a time a row's step waited on the weight's latency (one chain of vpdpbusd per block); G
+// chains overlap, and a whole set (G = its groups) is one stream asked for kStreamAhead bytes ahead, which runs on
+// into the next set where the thread's groups go on. The sums stay in registers and are stored once at the end.
 template <int64_t Format, int G>
-void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                    int64_t nb, const QuantizedView& xq, NextSet next, __m512* out) {
+void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
+                    const QuantizedView& xq, __m512* out) {
   constexpr int quads = quads_of<Format>();
   constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
   constexpr int32_t offset = vnni_offset_of<Format>();
-  constexpr int64_t scales_ahead = kPrefetchAhead / 8;  // float16 values: as many blocks ahead as the qs when
-                                                        // a block's scales fill a line, twice as many otherwise
-  // From these blocks on, a group's prefetch address passes its end: it moves to its successor's stream.
-  const int64_t q_turn = nb - kPrefetchAhead / qbytes, s_turn = nb - scales_ahead / sbytes;
-  const int64_t q_step = next.qs - qs - nb * qbytes, s_step = next.scales - scales - nb * sbytes;
+  // Whole block rows ahead, the scales as many rows ahead as the values.
+  const int64_t rows_ahead = (kStreamAhead + qstride - 1) / qstride;
+  const int64_t q_ahead = rows_ahead * qstride, s_ahead = rows_ahead * sstride;
+  // The rows before the first one asked for ahead, asked for at once: their misses overlap rather than each
+  // waiting in turn at the start of a call (a set that follows another finds them there already).
+  for (int64_t b = 0; b < std::min(rows_ahead, nb); ++b) {
+    for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(qs + b * qstride + c), kSetHint);
+    for (int64_t c = 0; c < G * sbytes * 2; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(scales + b * sstride) + c, kSetHint);
+  }
   __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
-  const int8_t* qx = xq.q;
-  const float* xd = xq.d;
-  const float* xs = xq.s;
-  const int32_t* xsum = xq.sum;
   for (int64_t b = 0; b < nb; ++b) {
-    const int8_t* xb = qx + b * kBlock;
+    const uint8_t* row = qs + b * qstride;
+    const uint16_t* srow = scales + b * sstride;
+    for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(row + q_ahead + c), kSetHint);
+    for (int64_t c = 0; c < G * sbytes * 2; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(srow + s_ahead) + c, kSetHint);
+    const int8_t* xb = xq.q + b * kBlock;
     __m512i xq4[8];  // x's quads: inputs 4i..4i+3 (i < 4) and 16 + 4(i - 4).. (i >= 4), broadcast
     for (int i = 0; i < 4; ++i) {
       xq4[i] = broadcast_quad(xb + 4 * i);
       xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
     }
-    const __m512 dx = _mm512_set1_ps(xd[b]);
-    const __m512 sx = _mm512_set1_ps(xs[b]);
-    const __m512i start = offset ? _mm512_set1_epi32(-offset * xsum[b]) : _mm512_setzero_si512();
-    const bool q_turned = b >= q_turn, s_turned = b >= s_turn;
+    const __m512 dx = _mm512_set1_ps(xq.d[b]);
+    const __m512 sx = _mm512_set1_ps(xq.s[b]);
+    const __m512i start = offset ? _mm512_set1_epi32(-offset * xq.sum[b]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      const uint8_t* wb = qs + g * group_qbytes + b * qbytes;
-      const uint16_t* sb = scales + g * group_scales + b * sbytes;
-      // A group with no successor asks for nothing once past its end; the scales ahead a line per block where a
-      // block's d and m fill one (q4_1, q5_1), else every other.
-      if (!q_turned || g < next.groups)
-        for (int c = 0; c < quads; ++c)
-          _mm_prefetch(reinterpret_cast<const char*>(wb + (q_turned ? q_step : 0) + kPrefetchAhead + 64 * c),
-                       kSetHint);
-      if ((sbytes * 2 == 64 || b % 2 == 0) && (!s_turned || g < next.groups))
-        _mm_prefetch(reinterpret_cast<const char*>(sb + (s_turned ? s_step : 0) + scales_ahead),
-                     kSetHint);
-      const __m512i dot = block_dot<Format>(wb, xq4, start);
+      const uint16_t* sb = srow + g * sbytes;
+      const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
       if constexpr (has_min(Format))
@@ -425,64 +445,71 @@ void group_set_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* sca
   for (int i = 0; i < G; ++i) out[i] = acc[i];
 }
 
-// group_set_vnni for a set of 1..kDecodeGroups groups: each count its own instance, whatever kDecodeGroups is (a
-// switch written for four sent counts 4-7 to the 8-group kernel when the constant was raised, reading past the range).
+// group_set_vnni for 1..kSetGroups groups: each count its own instance, whatever kSetGroups is (a switch written
+// for four sent counts 4-7 to the 8-group kernel when the constant was raised, reading past the range).
 template <int64_t Format, int G = 1>
-void group_set_any(int count, const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                   int64_t nb, const QuantizedView& xq, NextSet next, __m512* out) {
-  if constexpr (G < kDecodeGroups) {
-    if (count != G)
-      return group_set_any<Format, G + 1>(count, qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+void group_set_any(int count, const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
+                   const QuantizedView& xq, __m512* out) {
+  if constexpr (G < kSetGroups) {
+    if (count != G) return group_set_any<Format, G + 1>(count, qs, qstride, scales, sstride, nb, xq, out);
   }
-  return group_set_vnni<Format, G>(qs, group_qbytes, scales, group_scales, nb, xq, next, out);
+  return group_set_vnni<Format, G>(qs, qstride, scales, sstride, nb, xq, out);
 }
 
-// A thread's groups [g, end) of a one-row product, kDecodeGroups at a time and the last fewer together.
+// Groups [g, end) of a one-row product, set by set (a thread's share may begin or end inside a set, which it
+// reads in part): out[0..count) the sums of groups g.. .
+template <int64_t Format>
+void groups_in_sets(const RepackedSets& w, const QuantizedView& xq, int64_t g, int64_t end, __m512* out) {
+  while (g < end) {
+    const GroupPlace at = w.place(g);
+    const int count = static_cast<int>(std::min(end, at.set_end) - g);
+    group_set_any<Format>(count, w.qs + at.q, at.qstride, w.scales + at.s, at.sstride, w.nb, xq, out);
+    out += count;
+    g += count;
+  }
+}
+
+// A thread's groups [g, end) of a one-row product, a set (or the part of one it has) at a time.
 // store(sums, g, count): groups g.. of y.
 template <int64_t Format, typename Store>
-void group_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                     int64_t nb, const QuantizedView& xq, int64_t g, int64_t end, Store&& store) {
-  __m512 acc[kDecodeGroups];
+void group_sets_vnni(const RepackedSets& w, const QuantizedView& xq, int64_t g, int64_t end, Store&& store) {
+  __m512 acc[kSetGroups];
   while (g < end) {
-    const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g));
-    const int next = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - g - count));
-    const NextSet after{qs + (g + count) * group_qbytes, scales + (g + count) * group_scales, next};
-    group_set_any<Format>(count, qs + g * group_qbytes, group_qbytes, scales + g * group_scales, group_scales, nb, xq,
-                          after, acc);
+    const int count = static_cast<int>(std::min(end, w.place(g).set_end) - g);
+    groups_in_sets<Format>(w, xq, g, g + count, acc);
     store(acc, g, count);
     g += count;
   }
 }
 
-// SwiGLU's [gate | up] weight, its `half` gate groups first: a thread's pairs [p, end) take the gate groups and
-// then the matching up groups kDecodeGroups at a time, each set asking ahead for the one after it.
+// SwiGLU's [gate | up] weight, its `half` gate groups first: a thread's pairs [p, end) take a gate set (or part)
+// and then the matching up groups, which straddle two sets where half is not a multiple of kSetGroups. A gate set
+// ends by asking for the next gate set's first rows, which wait in L2 while the up groups run.
 // store(gate sums, up sums, p, count): y's columns 16 p.. from pairs p...
 template <int64_t Format, typename Store>
-void gated_sets_vnni(const uint8_t* qs, int64_t group_qbytes, const uint16_t* scales, int64_t group_scales,
-                     int64_t nb, const QuantizedView& xq, int64_t half, int64_t p, int64_t end, Store&& store) {
-  __m512 gate[kDecodeGroups], up[kDecodeGroups];
+void gated_sets_vnni(const RepackedSets& w, const QuantizedView& xq, int64_t half, int64_t p, int64_t end,
+                     Store&& store) {
+  __m512 gate[kSetGroups], up[kSetGroups];
   while (p < end) {
-    const int count = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - p));
-    const int next = static_cast<int>(std::min<int64_t>(kDecodeGroups, end - p - count));
-    const int64_t u = half + p;
-    const NextSet ups{qs + u * group_qbytes, scales + u * group_scales, count};
-    const NextSet gates{qs + (p + count) * group_qbytes, scales + (p + count) * group_scales, next};
-    group_set_any<Format>(count, qs + p * group_qbytes, group_qbytes, scales + p * group_scales, group_scales, nb,
-                          xq, ups, gate);
-    group_set_any<Format>(count, ups.qs, group_qbytes, ups.scales, group_scales, nb, xq, gates, up);
+    const int count = static_cast<int>(std::min(end, w.place(p).set_end) - p);
+    groups_in_sets<Format>(w, xq, p, p + count, gate);
+    groups_in_sets<Format>(w, xq, half + p, half + p + count, up);
     store(gate, up, p, count);
     p += count;
   }
 }
 
 template <int64_t Format>
-void groups_vnni(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0,
-                 int rows, int64_t k, __m512* acc) {
+void groups_vnni(const RepackedSets& w, int64_t g, const QuantizedView& xq, int64_t r0, int rows, int64_t k,
+                 __m512* acc) {
+  const GroupPlace at = w.place(g);
+  const uint8_t* qs = w.qs + at.q;
+  const uint16_t* scales = w.scales + at.s;
   switch (rows) {
-    case 1: group_vnni<Format, 1>(qs, scales, nb, xq, r0, k, acc); break;
-    case 2: group_vnni<Format, 2>(qs, scales, nb, xq, r0, k, acc); break;
-    case 3: group_vnni<Format, 3>(qs, scales, nb, xq, r0, k, acc); break;
-    default: group_vnni<Format, 4>(qs, scales, nb, xq, r0, k, acc); break;
+    case 1: group_vnni<Format, 1>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
+    case 2: group_vnni<Format, 2>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
+    case 3: group_vnni<Format, 3>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
+    default: group_vnni<Format, 4>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
   }
 }
 #endif
@@ -538,16 +565,20 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
 constexpr int kAvx2Rows = 4;  // rows of x per pass over a group on the AVX2 path
 
 template <int64_t Format>
-void groups_avx2(const uint8_t* qs, const uint16_t* scales, int64_t nb, const QuantizedView& xq, int64_t r0, int rows,
-                 int64_t k, __m256* acc) {
+void groups_avx2(const RepackedSets& w, int64_t g, const QuantizedView& xq, int64_t r0, int rows, int64_t k,
+                 __m256* acc) {
+  const GroupPlace at = w.place(g);
+  const uint8_t* qs = w.qs + at.q;
+  const uint16_t* scales = w.scales + at.s;
+  const int64_t nb = w.nb;
   const int8_t* q = xq.q + r0 * k;
   const float *d = xq.d + r0 * nb, *s = xq.s + r0 * nb;
   const int32_t* sum = xq.sum + r0 * nb;
   switch (rows) {
-    case 1: group_avx2<Format, 1>(qs, scales, nb, q, d, s, sum, k, acc); break;
-    case 2: group_avx2<Format, 2>(qs, scales, nb, q, d, s, sum, k, acc); break;
-    case 3: group_avx2<Format, 3>(qs, scales, nb, q, d, s, sum, k, acc); break;
-    default: group_avx2<Format, 4>(qs, scales, nb, q, d, s, sum, k, acc); break;
+    case 1: group_avx2<Format, 1>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
+    case 2: group_avx2<Format, 2>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
+    case 3: group_avx2<Format, 3>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
+    default: group_avx2<Format, 4>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
   }
 }
 #endif
@@ -568,6 +599,7 @@ struct Repacked {
 
   int64_t units() const { return gated ? half : groups; }
   bool q8_1() const { return has_min(format); }
+  RepackedSets sets() const { return {qs, scales, groups, nb, group_qbytes, group_scales}; }
 
 #if FRAME_GGML_VNNI
   // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
@@ -594,16 +626,17 @@ struct Repacked {
 
   // Units [begin, end) of y from x quantized as `xq`.
   void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
-    if (m == 1) {  // a decode row: its groups kDecodeGroups at a time
+    const RepackedSets w = sets();
+    if (m == 1) {  // a decode row: its groups a set at a time
       with_format(format, [&](auto f) {
         constexpr int64_t F = decltype(f)::value;
         if (gated) {
-          gated_sets_vnni<F>(qs, group_qbytes, scales, group_scales, nb, xq, half, begin, end,
+          gated_sets_vnni<F>(w, xq, half, begin, end,
                              [&](const __m512* gate, const __m512* up, int64_t p, int count) {
                                for (int i = 0; i < count; ++i) store_gated(gate[i], up[i], 0, (p + i) * 16);
                              });
         } else {
-          group_sets_vnni<F>(qs, group_qbytes, scales, group_scales, nb, xq, begin, end,
+          group_sets_vnni<F>(w, xq, begin, end,
                              [&](const __m512* sums, int64_t g, int count) {
                                for (int i = 0; i < count; ++i) store(sums[i], 0, (g + i) * 16);
                              });
@@ -618,10 +651,8 @@ struct Repacked {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
         with_format(format, [&](auto f) {
           constexpr int64_t F = decltype(f)::value;
-          groups_vnni<F>(qs + g * group_qbytes, scales + g * group_scales, nb, xq, r0, rows, k, acc);
-          if (gated)
-            groups_vnni<F>(qs + (half + g) * group_qbytes, scales + (half + g) * group_scales, nb, xq, r0, rows, k,
-                           up);
+          groups_vnni<F>(w, g, xq, r0, rows, k, acc);
+          if (gated) groups_vnni<F>(w, half + g, xq, r0, rows, k, up);
         });
         for (int r = 0; r < rows; ++r) {
           if (gated) store_gated(acc[r], up[r], r0 + r, g * 16);
@@ -645,12 +676,13 @@ struct Repacked {
 
   // Groups [begin, end) of y (no gated form on this path: make_repacked refuses it).
   void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
+    const RepackedSets w = sets();
     __m256 acc[2 * kAvx2Rows];
     for (int64_t g = begin; g < end; ++g) {
       for (int64_t r0 = 0; r0 < m; r0 += kAvx2Rows) {
         const int rows = static_cast<int>(std::min<int64_t>(kAvx2Rows, m - r0));
         with_format(format, [&](auto f) {
-          groups_avx2<decltype(f)::value>(qs + g * group_qbytes, scales + g * group_scales, nb, xq, r0, rows, k, acc);
+          groups_avx2<decltype(f)::value>(w, g, xq, r0, rows, k, acc);
         });
         for (int r = 0; r < rows; ++r) {
           store8(acc[2 * r], r0 + r, g * 16);

@@ -12,6 +12,8 @@
 // (`vpsignb`) and each pair, at most 2 * 128 * 127, is widened at once.
 #pragma once
 
+#include <algorithm>
+
 #include "ggml_blocks.h"
 
 #if FRAME_GGML_AVX2
@@ -81,19 +83,21 @@ inline __m256 half_scales(const uint16_t* sb, int which, int h) {
 }
 
 // One group of 16 output rows against R rows of x (int8 q [R][k], per block d, s and sum [R][nb]), its blocks
-// `qbytes` and its scales `sbytes` values apart: acc[2r + h] lane j = row 8h + j's dot with x's row r.
+// `qstride` bytes and their scales `sstride` values apart (its set's block row): acc[2r + h] lane j = row 8h + j's
+// dot with x's row r.
 template <int64_t Format, int R>
-void group_avx2(const uint8_t* qs, const uint16_t* scales, int64_t nb, const int8_t* qx, const float* dx,
-                const float* sx, const int32_t* sumx, int64_t k, __m256* acc) {
-  constexpr int64_t qbytes = repacked_chunks<Format>() * 64, sbytes = (has_min(Format) ? 2 : 1) * 16;
+void group_avx2(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
+                const int8_t* qx, const float* dx, const float* sx, const int32_t* sumx, int64_t k, __m256* acc) {
+  constexpr int64_t qbytes = repacked_chunks<Format>() * 64;
   constexpr int32_t offset = offset_of(Format);
-  constexpr int64_t ahead = 1024;  // bytes of the weight asked for ahead of the block being multiplied
+  constexpr int64_t blocks_ahead = std::max<int64_t>(1, 1024 / qbytes);  // about 1 KB of its own blocks ahead
   for (int i = 0; i < 2 * R; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = qs + b * qbytes;
-    for (int64_t c = 0; c < qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + c), _MM_HINT_T0);
-    const uint16_t* sb = scales + b * sbytes;
-    if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(sb + ahead / 8), _MM_HINT_T0);
+    const uint8_t* wb = qs + b * qstride;
+    for (int64_t c = 0; c < qbytes; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(wb + blocks_ahead * qstride + c), _MM_HINT_T0);
+    const uint16_t* sb = scales + b * sstride;
+    _mm_prefetch(reinterpret_cast<const char*>(sb + blocks_ahead * sstride), _MM_HINT_T0);
     for (int h = 0; h < 2; ++h) {
       __m256i w[8];
       unpack_half<Format>(wb, h, w);
