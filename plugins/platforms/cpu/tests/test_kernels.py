@@ -314,3 +314,31 @@ def test_packed_float32_linears_run_as_a_team_with_the_plain_ops_bits(rows: int,
     assert program.num_teams() == (1 if torch.get_num_threads() > 1 else 0)
     assert program.num_bound() == 2 * program.num_teams()
     runs_every_way(program, out, expected)
+
+
+@needs_avx2_fma
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_team_meets_only_where_another_thread_reads_or_wrote(rows: int, runs_every_way) -> None:
+    # Two rotations the first thread runs alone (no binder: their direct form), between two shared linears: the
+    # team meets after the first linear (the rotations read all of its columns) and before the second (which reads
+    # the rotated rows), not between the rotations; the result is the plain ops' bits every way.
+    gen = torch.Generator().manual_seed(rows)
+    first, second = (kernels.pack_weight_f32(torch.randn(64, 64, generator=gen)) for _ in range(2))
+    x, hidden, out = torch.randn(rows, 64, generator=gen), torch.empty(rows, 64), torch.empty(rows, 64)
+    cos, sin = torch.randn(rows, 16, generator=gen), torch.randn(rows, 16, generator=gen)
+    rotated = torch.ops.frame_cpu.packed_linear_f32(x, first, None, 64)
+    for _ in range(2):
+        torch.ops.frame_cpu.rotate_halves_(rotated.view(rows, 2, 32), cos, sin)  # two heads of 32
+    expected = torch.ops.frame_cpu.packed_linear_f32(rotated, second, None, 64)
+    program = torch.classes.frame_cpu.StepProgram(0)
+    program.call("frame_cpu::packed_linear_f32_into", "", [x, first, None, 64, hidden], [-1] * 5, [])
+    for _ in range(2):
+        program.call("frame_cpu::rotate_halves_", "", [hidden.view(rows, 2, 32), cos, sin], [-1] * 3, [])
+    program.call("frame_cpu::packed_linear_f32_into", "", [hidden, second, None, 64, out], [-1] * 5, [])
+    program.set_output(out, -1)
+    teamed = torch.get_num_threads() > 1
+    assert program.num_barriers() == (2 if teamed else 0)
+    if teamed:
+        assert [line.split(" ", 1)[1] for line in program.describe()] == [
+            "team bound shared barrier", "team alone", "team alone barrier", "team bound shared"]
+    runs_every_way(program, out, expected)
