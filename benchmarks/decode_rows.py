@@ -30,12 +30,16 @@ from pathlib import Path
 
 import torch
 from frame import native
-from frame_platform_cpu import huge_pages, kernels, probe, quantized
+from frame.testing.ggml_blocks import random_blocks as kquant_blocks
+from frame_platform_cpu import huge_pages, kernels, kquant, probe, quantized
 from frame_platform_cpu.record import record
 from frame_platform_cpu.replay import compile_replay
 
 #: (out features, in features, calls per step), as linear_dtypes.py.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
+#: The super-block formats need inputs that are whole super-blocks of 256, which SmolLM2's 576 are not: they run 4
+#: layers of Llama 3.2 1B's shapes (QKV, O, gate-up, down; 137 MB of q4_K), from memory as well.
+KQUANT_SHAPES = [(3072, 2048, 4), (2048, 2048, 4), (16384, 2048, 4), (2048, 8192, 4)]
 GGML = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "iq4_nl")
 
 Linear = Callable[[torch.Tensor], torch.Tensor | None]
@@ -51,13 +55,23 @@ def random_blocks(fmt: str, out_f: int, in_f: int, gen: torch.Generator) -> torc
     return blocks.reshape(out_f, -1)
 
 
+def shapes_of(name: str) -> list[tuple[int, int, int]]:
+    return KQUANT_SHAPES if name.startswith("q4_k") else SHAPES
+
+
 def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]]:
-    """format -> (build one linear, weight bytes per value, x's dtype)."""
+    """format -> (build one linear, weight bytes per value, x's dtype). q4_K (its GB/s in the file's bytes): as
+    served ("q4_k": repacked where the CPU has AVX-512 VNNI) and on the file's own blocks ("q4_k file")."""
     out: dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]] = {}
     for fmt in GGML:
         code = quantized.GGML_FORMATS[fmt]
         out[fmt] = (lambda o, i, g, f=fmt, c=code: quantized._block_linear(random_blocks(f, o, i, g), c, None, None),
                     quantized._BLOCK_BYTES[code] / 32, torch.bfloat16)
+    seeds = iter(range(1 << 30))
+    out["q4_k"] = (lambda o, i, g: quantized.ggml_linear(kquant_blocks("q4_k", o, i, seed=next(seeds)), None),
+                   144 / 256, torch.bfloat16)
+    out["q4_k file"] = (lambda o, i, g: kquant.kquant_linear(kquant_blocks("q4_k", o, i, seed=next(seeds)), None),
+                        144 / 256, torch.bfloat16)
     if probe.has_avx512_bf16():
         out["bf16"] = (lambda o, i, g: kernels.bfloat16_linear(torch.randn(o, i, generator=g).bfloat16(), None), 2,
                        torch.bfloat16)
@@ -103,6 +117,8 @@ def in_cache(steps: dict, rows: int, calls: int = 200) -> None:
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(1)
     for name, (linears, _, dtype) in steps.items():
+        if shapes_of(name) is not SHAPES:
+            continue
         per_value = _PER_VALUE[name]
         cells = []
         for (linear, i), (o, _, _) in zip(linears[::30], SHAPES[:-1], strict=False):
@@ -143,9 +159,9 @@ def main() -> None:
             continue
         for pages in ("4k", "huge") if args.huge_pages else ("4k",):
             with huge_pages.placing(pages == "huge"):
-                linears = [(build(o, i, gen), i) for o, i, calls in SHAPES for _ in range(calls)]
+                linears = [(build(o, i, gen), i) for o, i, calls in shapes_of(name) for _ in range(calls)]
             label = name if pages == "4k" else f"{name} huge"
-            steps[label] = (linears, sum(o * i * calls for o, i, calls in SHAPES) * per_value, dtype)
+            steps[label] = (linears, sum(o * i * calls for o, i, calls in shapes_of(name)) * per_value, dtype)
             _PER_VALUE[label] = per_value
     floor_buffer = torch.ones(int(max(b for _, b, _ in steps.values())) // 256 * 64)
     read_floor = torch.ops.frame_bench.read_floor.default

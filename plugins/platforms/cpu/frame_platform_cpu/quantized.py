@@ -24,6 +24,8 @@ from frame_platform_cpu import huge_pages, kernels, kquant, probe, w8a8
 GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl": 5}
 #: Bytes of one block of 32 in each of them.
 _BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
+#: Super-block formats ``ggml_linear_repacked`` also reads (with AVX-512 VNNI), each chunk of 32 as a block.
+REPACKED_KQUANTS = {"q4_k": 6}
 
 #: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
 #: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
@@ -53,6 +55,35 @@ def isa_path() -> str:
     if has_vnni():
         return "avx512_vnni"
     return "avx2" if probe.has_avx2_fma() else "portable"
+
+
+def repack_q4_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q4_K super-blocks ``[out, in / 256 * 144]`` in ``ggml_linear_repacked``'s layout (format 6): each chunk of 32
+    values as q4_0's repacked nibbles (byte i: value i low, value i + 16 high), and per group and super-block one
+    scale record of 160 float16 slots: per chunk its 16 rows' 6-bit sc bytes then mn bytes (256 bytes), then the
+    rows' float16 d and dmin. Returns ``(qs uint8 [groups, in / 32, 4, 16, 4], scales float16 [groups, in / 256,
+    10, 16])``, set by set as ``repack_blocks``'s. The values are ggml's ``dequantize_row_q4_K``: chunk c of a
+    super-block is d sc_c q - dmin mn_c, q the nibbles of bytes 32 (c // 2).. (low for even c, high for odd)."""
+    rows = blocks.shape[0]
+    pad = -rows % 16
+    if pad:
+        blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
+    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, 144)
+    nsb = b.shape[1]
+    q = b[..., 4:16].int()  # ggml's get_scale_min_k4: eight 6-bit scales and mins in 12 bytes
+    sc = torch.cat([q[..., 0:4] & 63, (q[..., 8:12] & 0xF) | ((q[..., 0:4] >> 6) << 4)], dim=-1)
+    mn = torch.cat([q[..., 4:8] & 63, (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)], dim=-1)
+    nibbles = b[..., 16:].reshape(-1, nsb, 4, 32)
+    values = torch.stack([nibbles & 0xF, nibbles >> 4], dim=3).reshape(-1, nsb * 8, 32)  # chunk 2j + high, value
+    as_q4_0 = torch.zeros(values.shape[0], nsb * 8, 18, dtype=torch.uint8)
+    as_q4_0[..., 2:] = values[..., :16] | (values[..., 16:] << 4)
+    qs, _ = repack_blocks(as_q4_0.reshape(values.shape[0], -1), GGML_FORMATS["q4_0"])
+    record = torch.empty(groups, nsb, 320, dtype=torch.uint8)
+    by_chunk = torch.stack([sc, mn], dim=-1).to(torch.uint8)  # [rows, nsb, 8 chunks, sc / mn]
+    record[..., :256] = by_chunk.reshape(groups, 16, nsb, 8, 2).permute(0, 2, 3, 4, 1).reshape(groups, nsb, 256)
+    halves = b[..., :4].reshape(groups, 16, nsb, 2, 2).permute(0, 2, 3, 1, 4)  # [groups, nsb, d / dmin, row, 2]
+    record[..., 256:] = halves.reshape(groups, nsb, 64)
+    return qs, _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 10, 16))
 
 
 def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,6 +137,13 @@ def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     rounding; None for a format neither ``ggml_linear`` nor ``kquant`` reads. ``portable`` forces the plain C++
     path, ``vnni`` False ggml's own layout read with AVX2 (default: the repacked blocks, AVX-512 VNNI or AVX2 as
     the CPU has them; for K-quants ``vnni`` picks kquant's path)."""
+    if packed.format in REPACKED_KQUANTS and not portable and vnni is not False and has_vnni() \
+            and packed.in_features % 256 == 0 and kernels.unavailable_reason() is None:
+        kernels.load()
+        source = packed.tensors["blocks"]
+        linear = _repacked_linear(source, REPACKED_KQUANTS[packed.format], bias)
+        release_file_pages(source)
+        return linear
     if packed.format in kquant.KQUANT_FORMATS:
         return kquant.kquant_linear(packed, bias, portable, vnni)
     fmt = GGML_FORMATS.get(packed.format)
@@ -168,7 +206,8 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     """The kernel over ``blocks`` repacked once (``repack_blocks``): AVX-512 VNNI, or AVX2."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
-    qs, scales = (huge_pages.resident(t) for t in repack_blocks(blocks.contiguous(), fmt))
+    repack = repack_q4_k if fmt == REPACKED_KQUANTS["q4_k"] else lambda b: repack_blocks(b, fmt)
+    qs, scales = (huge_pages.resident(t) for t in repack(blocks.contiguous()))
     float_bias = None if bias is None else bias.float().contiguous()
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -28,14 +29,18 @@
 
 namespace ggml_blocks {
 
-enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5 };
+enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6 };
+// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K (super-blocks of 256) is read
+// only repacked, each chunk of 32 as a block: w = d sc q - dmin mn, q4_1's rule with its d and m made per chunk
+// from the super-block's float16 d and dmin and the chunk's 6-bit sc and mn (exactly, in float32).
 constexpr int64_t kFormats = 6;
+constexpr int64_t kRepackedFormats = 7;
 
 constexpr int64_t block_bytes(int64_t format) {
   return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : format == kQ5_0 ? 22 : format == kQ5_1 ? 24 : 18;
 }
 // Blocks with an m (w = d u + m): its float16 follows d.
-constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1; }
+constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || format == kQ4_K; }
 // Blocks whose u are int8 (signed) rather than unsigned.
 constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL; }
 // The offset an unsigned u carries: w = d (u - offset) (+ m).
@@ -152,6 +157,12 @@ inline void values_vnni(const uint8_t* wb, __m512i* w) {
 }
 #endif
 
+#if FRAME_GGML_VNNI
+// with_format for the repacked layout read with AVX-512 VNNI, which also holds q4_K.
+template <typename F>
+inline void with_repacked_format(int64_t format, F&& f);
+#endif
+
 // Calls f(std::integral_constant<int64_t, format>) for a runtime format (one instance of a kernel per format).
 template <typename F>
 inline void with_format(int64_t format, F&& f) {
@@ -164,5 +175,13 @@ inline void with_format(int64_t format, F&& f) {
     default: f(std::integral_constant<int64_t, kIQ4_NL>{}); break;
   }
 }
+
+#if FRAME_GGML_VNNI
+template <typename F>
+inline void with_repacked_format(int64_t format, F&& f) {
+  if (format == kQ4_K) return f(std::integral_constant<int64_t, kQ4_K>{});
+  with_format(format, std::forward<F>(f));
+}
+#endif
 
 }  // namespace ggml_blocks

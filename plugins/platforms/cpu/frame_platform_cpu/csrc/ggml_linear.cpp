@@ -129,13 +129,58 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 }
 #endif
 
-// Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized into q [k], d, s and sum [k / 32].
-// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++. `q8_1`:
-// s_x as llama.cpp's q8_1 (the format has a min), else as its q8_0.
-void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool simd, bool q8_1, int8_t* q, float* d,
-                    float* s, int32_t* sum) {
+// q4_K's x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
+// d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block s = d_x sum(q_x) for the mins.
+template <typename T>
+void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
+  constexpr int64_t kSuper = 256;
+  for (int64_t first = 0; first < k; first += kSuper) {
+#if FRAME_GGML_VNNI
+    // 16 lanes at a time, bitwise the plain loop (as quantize_row_avx512): it took ~15% of a lone row's q4_K call.
+    __m512 top = _mm512_setzero_ps();
+    for (int64_t i = first; i < first + kSuper; i += 16) top = _mm512_max_ps(top, _mm512_abs_ps(load16_as_float(x + i)));
+    const float amax = _mm512_reduce_max_ps(top);
+#else
+    float amax = 0.f;
+    for (int64_t i = first; i < first + kSuper; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
+#endif
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, dx = amax / 127.f;
+    for (int64_t b = first / kBlock; b < (first + kSuper) / kBlock; ++b) {
+#if FRAME_GGML_VNNI
+      const __m512 scale = _mm512_set1_ps(inv);
+      const __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(load16_as_float(x + b * kBlock), scale));
+      const __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(load16_as_float(x + b * kBlock + 16), scale));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtepi32_epi8(lo));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtepi32_epi8(hi));
+      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));
+#else
+      int sum = 0;
+      for (int64_t i = b * kBlock; i < (b + 1) * kBlock; ++i) {
+        const int v = static_cast<int>(std::nearbyint(static_cast<float>(x[i]) * inv));
+        q[i] = static_cast<int8_t>(v);
+        sum += v;
+      }
+#endif
+      d[b] = dx;
+      s[b] = dx * static_cast<float>(sum);
+      sums[b] = sum;
+    }
+  }
+}
+
+// Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized for a weight of `format` into q [k],
+// d, s and sum [k / 32]: as llama.cpp's q8_1 for a format with a min, its q8_0 otherwise, and its q8_K for q4_K.
+// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++.
+void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool simd, int64_t format, int8_t* q,
+                    float* d, float* s, int32_t* sum) {
   const float* xf = is_float ? static_cast<const float*>(x) + r * k : nullptr;
   const c10::BFloat16* xb = is_float ? nullptr : static_cast<const c10::BFloat16*>(x) + r * k;
+  if (format == kQ4_K) {
+    if (is_float) quantize_row_super(xf, k, q, d, s, sum);
+    else quantize_row_super(xb, k, q, d, s, sum);
+    return;
+  }
+  const bool q8_1 = has_min(format);
 #if FRAME_GGML_VNNI
   if (simd) {
     if (is_float) quantize_row_avx512(xf, k, q8_1, q, d, s, sum);
@@ -147,7 +192,7 @@ void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool sim
   else quantize_row(xb, k, q8_1, q, d, s, sum);
 }
 
-QuantizedRows quantize_rows(const at::Tensor& x, bool simd, bool q8_1) {
+QuantizedRows quantize_rows(const at::Tensor& x, bool simd, int64_t format) {
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t nb = k / kBlock;
   QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb),
@@ -156,7 +201,7 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool simd, bool q8_1) {
   const void* data = x.data_ptr();
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
-      quantize_x_row(data, is_float, r, k, simd, q8_1, out.q.data() + r * k, out.d.data() + r * nb,
+      quantize_x_row(data, is_float, r, k, simd, format, out.q.data() + r * k, out.d.data() + r * nb,
                      out.s.data() + r * nb, out.sum.data() + r * nb);
   });
   return out;
@@ -278,7 +323,7 @@ constexpr int kSetGroups = 4;
 // blocks a block row apart.
 struct GroupPlace {
   int64_t q, s;              // the group's first block: bytes into qs, values into scales
-  int64_t qstride, sstride;  // from one of its blocks to the next (its set's block row)
+  int64_t qstride, sstride;  // from one of its blocks (scale records) to the next: its set's row of them
   int64_t set_end;           // the group after its set
 };
 
@@ -286,10 +331,11 @@ struct RepackedSets {
   const uint8_t* qs;
   const uint16_t* scales;
   int64_t groups, nb, group_qbytes, group_scales;  // a group's bytes in qs and values in scales
+  int64_t scale_blocks;                            // a group's scale records: nb, or q4_K's super-blocks
 
   GroupPlace place(int64_t g) const {
     const int64_t first = g / kSetGroups * kSetGroups, count = std::min<int64_t>(kSetGroups, groups - first);
-    const int64_t qbytes = group_qbytes / nb, sbytes = group_scales / nb;
+    const int64_t qbytes = group_qbytes / nb, sbytes = group_scales / scale_blocks;
     return {first * group_qbytes + (g - first) * qbytes, first * group_scales + (g - first) * sbytes, count * qbytes,
             count * sbytes, first + count};
   }
@@ -303,8 +349,35 @@ inline __m512i broadcast_quad(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// A group's scale record: one per block (float16 d, then m: scales_of values of 16 rows), or for q4_K one per
+// super-block of 8 blocks: per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the 16 rows'
+// float16 d, then dmin (160 values).
+template <int64_t Format>
+constexpr int64_t blocks_per_scale() { return Format == kQ4_K ? 8 : 1; }
+template <int64_t Format>
+constexpr int64_t scale_values() { return Format == kQ4_K ? 160 : scales_of<Format>() * kGroup; }
+
+// Block b's 16 rows' d and m (acc += dot dx d + m sx) from its group's scale record `sb`. q4_K's are made in
+// float32 as ggml dequantises them: d sc and -(dmin mn), each exact (11 bits of float16 times 6).
+template <int64_t Format>
+inline void block_scales(const uint16_t* sb, int64_t b, __m512& dw, __m512& mw) {
+  if constexpr (Format == kQ4_K) {
+    const uint8_t* chunk = reinterpret_cast<const uint8_t*>(sb) + 32 * (b % 8);
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk))));
+    const __m512 mn =
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16))));
+    dw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128))), sc);
+    const __m512 m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 144))), mn);
+    mw = _mm512_sub_ps(_mm512_setzero_ps(), m);
+  } else {
+    dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    mw = has_min(Format) ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)))
+                         : _mm512_setzero_ps();
+  }
+}
+
 // One group of 16 output rows against R rows of quantized x (rows r0.. of xq), its blocks `qstride` bytes and their
-// scales `sstride` values apart: acc[r] lane j = row j's dot.
+// scale records `sstride` values apart: acc[r] lane j = row j's dot.
 template <int64_t Format, int R>
 void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
                 const QuantizedView& xq, int64_t r0, int64_t k, __m512* acc) {
@@ -317,19 +390,22 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
   const float* dx = xq.d + r0 * nb;
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
+  constexpr int64_t per_scale = blocks_per_scale<Format>();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = qs + b * qstride;
-    const uint16_t* sb = scales + b * sstride;
+    const uint16_t* sb = scales + b / per_scale * sstride;
     // The weight streams from memory once: asking for it 1 KB ahead into L1 took one row's step from 2.9 to 2.6
     // ms (a plain read of the same bytes: 2.5), four rows' from 4.3 to 3.3.
     for (int c = 0; c < quads; ++c)
       _mm_prefetch(reinterpret_cast<const char*>(wb + blocks_ahead * qstride + 64 * c), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(sb + blocks_ahead * sstride), _MM_HINT_T0);
+    if (b % per_scale == 0)
+      for (int64_t c = 0; c < scale_values<Format>() * 2; c += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(sb + (blocks_ahead + per_scale - 1) / per_scale * sstride) + c,
+                     _MM_HINT_T0);
     __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
     values_vnni<Format>(wb, w);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (has_min(Format)) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)));
+    __m512 dw, mw;
+    block_scales<Format>(sb, b, dw, mw);
     // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
     // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
     // offset back out.
@@ -372,7 +448,7 @@ inline void nibbles_in_place(const uint8_t* wb, __m512i* w) {
 // waits on.
 template <int64_t Format>
 inline __m512i block_dot(const uint8_t* wb, const __m512i* xq4, __m512i start) {
-  constexpr bool in_place = Format == kQ4_0 || Format == kQ4_1;
+  constexpr bool in_place = Format == kQ4_0 || Format == kQ4_1 || Format == kQ4_K;
   __m512i w[8];
   if constexpr (in_place) nibbles_in_place(wb, w);
   else values_vnni<Format>(wb, w);
@@ -402,26 +478,28 @@ template <int64_t Format, int G>
 void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
                     const QuantizedView& xq, __m512* out) {
   constexpr int quads = quads_of<Format>();
-  constexpr int64_t qbytes = quads * 64, sbytes = scales_of<Format>() * kGroup;
+  constexpr int64_t qbytes = quads * 64, sbytes = scale_values<Format>(), per_scale = blocks_per_scale<Format>();
   constexpr int32_t offset = vnni_offset_of<Format>();
-  // Whole block rows ahead, the scales as many rows ahead as the values.
+  // Whole block rows ahead, the scales as many records ahead as cover as many blocks.
   const int64_t rows_ahead = (kStreamAhead + qstride - 1) / qstride;
-  const int64_t q_ahead = rows_ahead * qstride, s_ahead = rows_ahead * sstride;
+  const int64_t records_ahead = (rows_ahead + per_scale - 1) / per_scale;
+  const int64_t q_ahead = rows_ahead * qstride, s_ahead = records_ahead * sstride;
   // The rows before the first one asked for ahead, asked for at once: their misses overlap rather than each
   // waiting in turn at the start of a call (a set that follows another finds them there already).
-  for (int64_t b = 0; b < std::min(rows_ahead, nb); ++b) {
+  for (int64_t b = 0; b < std::min(rows_ahead, nb); ++b)
     for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(qs + b * qstride + c), kSetHint);
+  for (int64_t r = 0; r < std::min(records_ahead, nb / per_scale); ++r)
     for (int64_t c = 0; c < G * sbytes * 2; c += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(scales + b * sstride) + c, kSetHint);
-  }
+      _mm_prefetch(reinterpret_cast<const char*>(scales + r * sstride) + c, kSetHint);
   __m512 acc[G];
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* row = qs + b * qstride;
-    const uint16_t* srow = scales + b * sstride;
+    const uint16_t* srow = scales + b / per_scale * sstride;
     for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(row + q_ahead + c), kSetHint);
-    for (int64_t c = 0; c < G * sbytes * 2; c += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(srow + s_ahead) + c, kSetHint);
+    if (b % per_scale == 0)
+      for (int64_t c = 0; c < G * sbytes * 2; c += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(srow + s_ahead) + c, kSetHint);
     const int8_t* xb = xq.q + b * kBlock;
     __m512i xq4[8];  // x's quads: inputs 4i..4i+3 (i < 4) and 16 + 4(i - 4).. (i >= 4), broadcast
     for (int i = 0; i < 4; ++i) {
@@ -433,13 +511,11 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     const __m512i start = offset ? _mm512_set1_epi32(-offset * xq.sum[b]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      const uint16_t* sb = srow + g * sbytes;
       const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+      __m512 dw, mw;
+      block_scales<Format>(srow + g * sbytes, b, dw, mw);
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
-      if constexpr (has_min(Format))
-        acc[g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16))), sx,
-                                 acc[g]);
+      if constexpr (has_min(Format)) acc[g] = _mm512_fmadd_ps(mw, sx, acc[g]);
     }
   }
   for (int i = 0; i < G; ++i) out[i] = acc[i];
@@ -528,7 +604,7 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
   const float* bias_ptr = bias_data(bias, n);
   at::Tensor y = at::empty({m, n}, xc.options());
   if (m == 0 || n == 0) return y;
-  const QuantizedRows xq = quantize_rows(xc, !portable, has_min(format));
+  const QuantizedRows xq = quantize_rows(xc, !portable, format);
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   const int64_t row_bytes = blocks.size(1);
   const bool as_float = xc.scalar_type() == at::kFloat;
@@ -594,12 +670,11 @@ struct Repacked {
   const float* bias;
   float* yf;     // float32 out (x float32)
   uint16_t* yb;  // bfloat16 out
-  int64_t m, k, n, nb, width, half, groups, group_qbytes, group_scales, format;
+  int64_t m, k, n, nb, width, half, groups, group_qbytes, group_scales, scale_blocks, format;
   bool gated, as_float;
 
   int64_t units() const { return gated ? half : groups; }
-  bool q8_1() const { return has_min(format); }
-  RepackedSets sets() const { return {qs, scales, groups, nb, group_qbytes, group_scales}; }
+  RepackedSets sets() const { return {qs, scales, groups, nb, group_qbytes, group_scales, scale_blocks}; }
 
 #if FRAME_GGML_VNNI
   // Row `row` of y from column c on: one group's 16 sums plus the bias (fewer lanes past out_features).
@@ -628,7 +703,7 @@ struct Repacked {
   void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
     const RepackedSets w = sets();
     if (m == 1) {  // a decode row: its groups a set at a time
-      with_format(format, [&](auto f) {
+      with_repacked_format(format, [&](auto f) {
         constexpr int64_t F = decltype(f)::value;
         if (gated) {
           gated_sets_vnni<F>(w, xq, half, begin, end,
@@ -649,7 +724,7 @@ struct Repacked {
       // Later row tiles find the group's weight (at most ~20 KB) in L1/L2.
       for (int64_t r0 = 0; r0 < m; r0 += kVnniRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniRows, m - r0));
-        with_format(format, [&](auto f) {
+        with_repacked_format(format, [&](auto f) {
           constexpr int64_t F = decltype(f)::value;
           groups_vnni<F>(w, g, xq, r0, rows, k, acc);
           if (gated) groups_vnni<F>(w, half + g, xq, r0, rows, k, up);
@@ -700,18 +775,24 @@ struct Repacked {
 #if FRAME_GGML_REPACKED
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
-  TORCH_CHECK(format >= 0 && format < kFormats, "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1 or iq4_nl");
+  TORCH_CHECK(format >= 0 && format < kRepackedFormats,
+              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl or q4_K");
+#if !FRAME_GGML_VNNI
+  TORCH_CHECK(format != kQ4_K, "ggml_linear_repacked reads q4_K with AVX-512 VNNI and BW only");
+#endif
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
   const int64_t quads = format == kQ8_0 ? 8 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
-  const int64_t nscales = has_min(format) ? 2 : 1;
+  // A group's scale records: per block 1 or 2 of 16 float16 (d, m), or q4_K's 10 per super-block of 8 blocks.
+  const bool super = format == kQ4_K;
+  const int64_t nscales = super ? 10 : has_min(format) ? 2 : 1, per_scale = super ? 8 : 1;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
-                  qs.size(3) == 16 && qs.size(4) == 4,
+                  qs.size(3) == 16 && qs.size(4) == 4 && qs.size(1) % per_scale == 0,
               "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
   TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.dim() == 4 &&
-                  scales.size(0) == qs.size(0) && scales.size(1) == qs.size(1) && scales.size(2) == nscales &&
-                  scales.size(3) == 16,
-              "scales must be contiguous float16 [groups, blocks, ", nscales, ", 16]");
+                  scales.size(0) == qs.size(0) && scales.size(1) * per_scale == qs.size(1) &&
+                  scales.size(2) == nscales && scales.size(3) == 16,
+              "scales must be contiguous float16 [groups, blocks / ", per_scale, ", ", nscales, ", 16]");
   const int64_t m = x.size(0), k = x.size(1), groups = qs.size(0), nb = qs.size(1), n = out_features;
   TORCH_CHECK(k == nb * kBlock, "x has ", k, " inputs, the weight ", nb * kBlock);
   TORCH_CHECK(n > (groups - 1) * 16 && n <= groups * 16, "out_features ", n, " does not fill ", groups, " groups");
@@ -729,7 +810,8 @@ Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tens
   return Repacked{x.data_ptr(), qs.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>()),
                   bias_ptr, as_float ? y.data_ptr<float>() : nullptr,
                   as_float ? nullptr : reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>()), m, k, n, nb, width,
-                  n / 32, groups, nb * quads * 64, nb * nscales * 16, format, gated, as_float};
+                  n / 32, groups, nb * quads * 64, nb / per_scale * nscales * 16, nb / per_scale, format, gated,
+                  as_float};
 }
 
 // A team's share of `product`: its rows of x quantized into the team's scratch (a decode row by every thread
@@ -746,7 +828,7 @@ void team_repacked(const Repacked& product, const frame_cpu::Team& team) {
   int32_t* sum = reinterpret_cast<int32_t*>(s + m * nb);
   const auto [first, last] = frame_cpu::share(m, quantizer);
   for (int64_t r = first; r < last; ++r)
-    quantize_x_row(product.x, product.as_float, r, k, true, product.q8_1(), q + r * k, d + r * nb, s + r * nb,
+    quantize_x_row(product.x, product.as_float, r, k, true, product.format, q + r * k, d + r * nb, s + r * nb,
                    sum + r * nb);
   frame_cpu::team_sync(quantizer);
   const auto [begin, end] = frame_cpu::share(product.units(), team);
@@ -772,7 +854,7 @@ at::Tensor repacked_product(const at::Tensor& x, const at::Tensor& qs, const at:
   const Repacked product = make_repacked(xc, qs, scales, format, out_features, bias.has_value() ? &*bias : nullptr,
                                          gated, y);
   if (product.m == 0 || product.n == 0) return y;
-  const QuantizedRows xq = quantize_rows(xc, true, product.q8_1());
+  const QuantizedRows xq = quantize_rows(xc, true, product.format);
   const QuantizedView view = xq;
   // Grain 1: even the smallest linear (576 x 576, 200 KB at 4.5 bits) is worth both threads at one row. A gated
   // product splits its pairs of groups (gate, up) instead.
