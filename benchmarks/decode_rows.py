@@ -38,7 +38,7 @@ from frame_platform_cpu.replay import compile_replay
 #: (out features, in features, calls per step), as linear_dtypes.py.
 SHAPES = [(960, 576, 30), (576, 576, 30), (3072, 576, 30), (576, 1536, 30), (49152, 576, 1)]
 #: The super-block formats need inputs that are whole super-blocks of 256, which SmolLM2's 576 are not: they run 4
-#: layers of Llama 3.2 1B's shapes (QKV, O, gate-up, down; 137 MB of q4_K), from memory as well.
+#: layers of Llama 3.2 1B's shapes (QKV, O, gate-up, down; 137 MB of q4_K, 200 of q6_K), from memory as well.
 KQUANT_SHAPES = [(3072, 2048, 4), (2048, 2048, 4), (16384, 2048, 4), (2048, 8192, 4)]
 GGML = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "iq4_nl")
 
@@ -56,22 +56,23 @@ def random_blocks(fmt: str, out_f: int, in_f: int, gen: torch.Generator) -> torc
 
 
 def shapes_of(name: str) -> list[tuple[int, int, int]]:
-    return KQUANT_SHAPES if name.startswith("q4_k") else SHAPES
+    return KQUANT_SHAPES if name.startswith(("q4_k", "q6_k")) else SHAPES
 
 
 def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]]:
-    """format -> (build one linear, weight bytes per value, x's dtype). q4_K (its GB/s in the file's bytes): as
-    served ("q4_k": repacked where the CPU has AVX-512 VNNI) and on the file's own blocks ("q4_k file")."""
+    """format -> (build one linear, weight bytes per value, x's dtype). q4_K and q6_K (GB/s in the file's bytes):
+    as served ("q4_k": repacked where the CPU has AVX-512 VNNI) and on the file's own blocks ("q4_k file")."""
     out: dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]] = {}
     for fmt in GGML:
         code = quantized.GGML_FORMATS[fmt]
         out[fmt] = (lambda o, i, g, f=fmt, c=code: quantized._block_linear(random_blocks(f, o, i, g), c, None, None),
                     quantized._BLOCK_BYTES[code] / 32, torch.bfloat16)
     seeds = iter(range(1 << 30))
-    out["q4_k"] = (lambda o, i, g: quantized.ggml_linear(kquant_blocks("q4_k", o, i, seed=next(seeds)), None),
-                   144 / 256, torch.bfloat16)
-    out["q4_k file"] = (lambda o, i, g: kquant.kquant_linear(kquant_blocks("q4_k", o, i, seed=next(seeds)), None),
-                        144 / 256, torch.bfloat16)
+    for fmt, size in (("q4_k", 144), ("q6_k", 210)):
+        out[fmt] = (lambda o, i, g, f=fmt: quantized.ggml_linear(kquant_blocks(f, o, i, seed=next(seeds)), None),
+                    size / 256, torch.bfloat16)
+        out[f"{fmt} file"] = (lambda o, i, g, f=fmt: kquant.kquant_linear(kquant_blocks(f, o, i, seed=next(seeds)),
+                                                                           None), size / 256, torch.bfloat16)
     if probe.has_avx512_bf16():
         out["bf16"] = (lambda o, i, g: kernels.bfloat16_linear(torch.randn(o, i, generator=g).bfloat16(), None), 2,
                        torch.bfloat16)

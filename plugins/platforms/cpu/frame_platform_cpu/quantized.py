@@ -25,7 +25,7 @@ GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl":
 #: Bytes of one block of 32 in each of them.
 _BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 #: Super-block formats ``ggml_linear_repacked`` also reads (with AVX-512 VNNI), each chunk of 32 as a block.
-REPACKED_KQUANTS = {"q4_k": 6}
+REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7}
 
 #: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
 #: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
@@ -86,6 +86,40 @@ def repack_q4_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return qs, _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 10, 16))
 
 
+def repack_q6_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q6_K super-blocks ``[out, in / 256 * 210]`` in ``ggml_linear_repacked``'s layout (format 7): each chunk of 32
+    of 6-bit values u as q5_0's repacked nibbles and mask of bit 4, then a sixth chunk, the masks of bit 5; per group
+    and super-block one record of 144 float16 slots: per chunk of 16 inputs its 16 rows' int8 sc (256 bytes), then
+    the rows' float16 d. Returns ``(qs uint8 [groups, in / 32, 6, 16, 4], scales float16 [groups, in / 256, 9,
+    16])``, set by set. The values are ggml's ``dequantize_row_q6_K``: input v of a super-block is d sc_(v // 16)
+    (u - 32), u from ql's nibble and qh's two bits."""
+    rows = blocks.shape[0]
+    pad = -rows % 16
+    if pad:
+        blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
+    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, 210)
+    padded, nsb = b.shape[0], b.shape[1]
+    ql, qh = b[..., :128].reshape(padded, nsb, 2, 2, 32), b[..., 128:192].reshape(padded, nsb, 2, 32)
+    # Input 128 n + 32 k + l: ql's byte l (k even) or l + 32 (k odd) of half n, low nibble for k < 2; qh's bits 2k.
+    low = torch.stack([ql[:, :, :, 0] & 0xF, ql[:, :, :, 1] & 0xF, ql[:, :, :, 0] >> 4, ql[:, :, :, 1] >> 4], dim=3)
+    high = torch.stack([(qh >> (2 * k)) & 3 for k in range(4)], dim=3)
+    values = (low | (high << 4)).reshape(padded, nsb * 8, 32)
+    bit = torch.arange(32, dtype=torch.int64)
+    parts = []
+    for plane in (4, 5):  # as q5_0 blocks: the nibbles and this plane's bits as the high bits
+        as_q5_0 = torch.zeros(padded, nsb * 8, 22, dtype=torch.uint8)
+        masks = (((values >> plane) & 1).long() << bit).sum(-1)  # [rows, blocks]: bit i of input i
+        as_q5_0[..., 2:6] = (masks.unsqueeze(-1) >> torch.arange(0, 32, 8)).to(torch.uint8)
+        as_q5_0[..., 6:] = (values[..., :16] & 0xF) | ((values[..., 16:] & 0xF) << 4)
+        parts.append(_group_major(as_q5_0.reshape(padded, -1), GGML_FORMATS["q5_0"])[0])
+    qs = torch.cat([parts[0], parts[1][:, :, 4:5]], dim=2)
+    record = torch.empty(groups, nsb, 288, dtype=torch.uint8)
+    sc = b[..., 192:208].reshape(groups, 16, nsb, 16).permute(0, 2, 3, 1)  # [groups, nsb, chunk, row]
+    record[..., :256] = sc.reshape(groups, nsb, 256)
+    record[..., 256:] = b[..., 208:210].reshape(groups, 16, nsb, 2).permute(0, 2, 1, 3).reshape(groups, nsb, 32)
+    return _interleave_sets(qs.contiguous()), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 9, 16))
+
+
 def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
     """ggml blocks ``[out, in / 32 * block bytes]`` in ``ggml_linear_repacked``'s layout: output rows in groups of
     16 (the last padded with zero rows), per group and block the values as ``[quads][16 rows][4 bytes]`` (q4_0 /
@@ -94,6 +128,12 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
     bit of row j's input 4 i + t) and the 16 rows' float16 scales (d, then m for q4_1 / q5_1). Returns ``(qs uint8
     [groups, blocks, quads, 16, 4], scales float16 [groups, blocks, 1 or 2, 16])``, each stored set by set
     (``_interleave_sets``: the groups' blocks side by side) in a tensor of that shape."""
+    qs, scales = _group_major(blocks, fmt)
+    return _interleave_sets(qs), _interleave_sets(scales)
+
+
+def _group_major(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``repack_blocks``'s tensors before the sets interleave: each group's blocks in turn."""
     block = _BLOCK_BYTES[fmt]
     rows, row_bytes = blocks.shape
     nb = row_bytes // block
@@ -117,7 +157,7 @@ def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.T
         bits = bits.reshape(groups, 16, nb, 8, 4).permute(0, 2, 3, 1, 4)  # [groups, nb, mask i, row j, t]
         masks = (bits.reshape(groups, nb, 8, 8, 8).int() << torch.arange(8)).sum(-1).to(torch.uint8)
         qs = torch.cat([qs, masks.reshape(groups, nb, 1, 16, 4)], dim=2)
-    return _interleave_sets(qs), _interleave_sets(scales)
+    return qs.contiguous(), scales
 
 
 def _interleave_sets(t: torch.Tensor) -> torch.Tensor:
@@ -206,7 +246,8 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     """The kernel over ``blocks`` repacked once (``repack_blocks``): AVX-512 VNNI, or AVX2."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
-    repack = repack_q4_k if fmt == REPACKED_KQUANTS["q4_k"] else lambda b: repack_blocks(b, fmt)
+    repack = {REPACKED_KQUANTS["q4_k"]: repack_q4_k, REPACKED_KQUANTS["q6_k"]: repack_q6_k}.get(
+        fmt, lambda b: repack_blocks(b, fmt))
     qs, scales = (huge_pages.resident(t) for t in repack(blocks.contiguous()))
     float_bias = None if bias is None else bias.float().contiguous()
 

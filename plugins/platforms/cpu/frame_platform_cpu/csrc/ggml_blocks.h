@@ -29,12 +29,14 @@
 
 namespace ggml_blocks {
 
-enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6 };
-// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K (super-blocks of 256) is read
-// only repacked, each chunk of 32 as a block: w = d sc q - dmin mn, q4_1's rule with its d and m made per chunk
-// from the super-block's float16 d and dmin and the chunk's 6-bit sc and mn (exactly, in float32).
+enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6, kQ6_K = 7 };
+// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K and q6_K (super-blocks of
+// 256) are read only repacked, each chunk of 32 as a block: q4_K's w = d sc q - dmin mn, q4_1's rule with its d
+// and m made per chunk from the super-block's float16 d and dmin and the chunk's 6-bit sc and mn (exactly, in
+// float32); q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16, summed as integers per super-block.
 constexpr int64_t kFormats = 6;
-constexpr int64_t kRepackedFormats = 7;
+constexpr int64_t kRepackedFormats = 8;
+constexpr bool super_block(int64_t format) { return format == kQ4_K || format == kQ6_K; }
 
 constexpr int64_t block_bytes(int64_t format) {
   return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : format == kQ5_0 ? 22 : format == kQ5_1 ? 24 : 18;
@@ -113,7 +115,9 @@ inline __m256i values_avx2(const uint8_t* blk) {
 // The repacked layout's chunks of 64 bytes per group of 16 rows and block: 4 of nibbles (q4_0, q4_1, iq4_nl), those
 // 4 and one of high-bit masks (q5_0, q5_1), or 8 of bytes (q8_0).
 template <int64_t Format>
-constexpr int quads_of() { return Format == kQ8_0 ? 8 : (Format == kQ5_0 || Format == kQ5_1 ? 5 : 4); }
+constexpr int quads_of() {
+  return Format == kQ8_0 ? 8 : Format == kQ6_K ? 6 : (Format == kQ5_0 || Format == kQ5_1 ? 5 : 4);
+}
 template <int64_t Format>
 constexpr int scales_of() { return has_min(Format) ? 2 : 1; }
 // vpdpbusd's weight operand is unsigned: w = d (v - offset) (+ m) for the bytes v the repacked layout yields.
@@ -129,7 +133,7 @@ inline __m512i iq4nl_unsigned_table() {
 
 // w[i]: the 16 rows' unsigned values of inputs 4i..4i+3 (lane j, byte t: row j's input 4i + t), from one group's
 // block in the repacked layout. The q5 formats' fifth chunk holds 8 masks of 64 bits, mask i's bit 4j + t set
-// where row j's input 4i + t has its high bit.
+// where row j's input 4i + t has its high bit; q6_K's fifth and sixth chunks its values' bits 4 and 5 so.
 template <int64_t Format>
 inline void values_vnni(const uint8_t* wb, __m512i* w) {
   if constexpr (Format == kQ8_0) {
@@ -146,12 +150,20 @@ inline void values_vnni(const uint8_t* wb, __m512i* w) {
     const __m512i table = iq4nl_unsigned_table();
     for (int i = 0; i < 8; ++i) w[i] = _mm512_shuffle_epi8(table, w[i]);
   }
-  if constexpr (Format == kQ5_0 || Format == kQ5_1) {
+  if constexpr (Format == kQ5_0 || Format == kQ5_1 || Format == kQ6_K) {
     const __m512i sixteen = _mm512_set1_epi8(0x10);
     for (int i = 0; i < 8; ++i) {
       __mmask64 high;
       std::memcpy(&high, wb + 256 + 8 * i, sizeof high);
       w[i] = _mm512_mask_add_epi8(w[i], high, w[i], sixteen);
+    }
+  }
+  if constexpr (Format == kQ6_K) {
+    const __m512i thirty_two = _mm512_set1_epi8(0x20);
+    for (int i = 0; i < 8; ++i) {
+      __mmask64 high;
+      std::memcpy(&high, wb + 320 + 8 * i, sizeof high);
+      w[i] = _mm512_mask_add_epi8(w[i], high, w[i], thirty_two);
     }
   }
 }
@@ -180,6 +192,7 @@ inline void with_format(int64_t format, F&& f) {
 template <typename F>
 inline void with_repacked_format(int64_t format, F&& f) {
   if (format == kQ4_K) return f(std::integral_constant<int64_t, kQ4_K>{});
+  if (format == kQ6_K) return f(std::integral_constant<int64_t, kQ6_K>{});
   with_format(format, std::forward<F>(f));
 }
 #endif

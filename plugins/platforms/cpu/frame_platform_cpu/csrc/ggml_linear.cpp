@@ -129,7 +129,7 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 }
 #endif
 
-// q4_K's x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
+// q4_K's and q6_K's x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
 // d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block s = d_x sum(q_x) for the mins.
 template <typename T>
 void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
@@ -175,7 +175,7 @@ void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool sim
                     float* d, float* s, int32_t* sum) {
   const float* xf = is_float ? static_cast<const float*>(x) + r * k : nullptr;
   const c10::BFloat16* xb = is_float ? nullptr : static_cast<const c10::BFloat16*>(x) + r * k;
-  if (format == kQ4_K) {
+  if (super_block(format)) {
     if (is_float) quantize_row_super(xf, k, q, d, s, sum);
     else quantize_row_super(xb, k, q, d, s, sum);
     return;
@@ -353,9 +353,43 @@ inline __m512i broadcast_quad(const int8_t* p) {
 // super-block of 8 blocks: per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the 16 rows'
 // float16 d, then dmin (160 values).
 template <int64_t Format>
-constexpr int64_t blocks_per_scale() { return Format == kQ4_K ? 8 : 1; }
+constexpr int64_t blocks_per_scale() { return super_block(Format) ? 8 : 1; }
 template <int64_t Format>
-constexpr int64_t scale_values() { return Format == kQ4_K ? 160 : scales_of<Format>() * kGroup; }
+constexpr int64_t scale_values() {
+  return Format == kQ4_K ? 160 : Format == kQ6_K ? 144 : scales_of<Format>() * kGroup;
+}
+
+// q6_K's record per super-block: 16 chunks of 16 inputs, each its 16 rows' int8 sc, then the rows' float16 d.
+// x's sums over inputs 0-15 and 16-31 of a block (its int8 values xb), for q6_K's offsets of 32.
+inline void x_sums16(const int8_t* xb, int32_t& low, int32_t& high) {
+  const __m256i biased = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)),
+                                          _mm256_set1_epi8(static_cast<char>(0x80)));  // x + 128, unsigned
+  const __m256i sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());               // 4 sums of 8 bytes
+  low = static_cast<int32_t>(_mm256_extract_epi64(sums, 0) + _mm256_extract_epi64(sums, 1)) - 16 * 128;
+  high = static_cast<int32_t>(_mm256_extract_epi64(sums, 2) + _mm256_extract_epi64(sums, 3)) - 16 * 128;
+}
+
+// q6_K's block b against one row of x (its broadcast quads xq4 and 16-input sums): the 16 rows' sc_lo (u - 32) . x
+// over inputs 0-15 plus sc_hi (u - 32) . x over 16-31, exact integers (each term at most 16 x 63 x 127 x 128, a
+// super-block's eight blocks under 2^31): the super-block stays one integer until d and d_x scale it, as in
+// llama.cpp's dot product and the file-layout kernel.
+inline __m512i q6_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int32_t x_high, const uint16_t* record,
+                        int64_t b) {
+  __m512i low = _mm512_set1_epi32(-32 * x_low), high = _mm512_set1_epi32(-32 * x_high);
+  for (int i = 0; i < 4; ++i) {
+    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
+    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
+  }
+  const uint8_t* sc = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
+  const __m512i sc_low = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+  const __m512i sc_high = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
+  return _mm512_add_epi32(_mm512_mullo_epi32(low, sc_low), _mm512_mullo_epi32(high, sc_high));
+}
+
+// q6_K's 16 rows' d from their record.
+inline __m512 q6_rows_d(const uint16_t* record) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
+}
 
 // Block b's 16 rows' d and m (acc += dot dx d + m sx) from its group's scale record `sb`. q4_K's are made in
 // float32 as ggml dequantises them: d sc and -(dmin mn), each exact (11 bits of float16 times 6).
@@ -391,6 +425,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
   constexpr int64_t per_scale = blocks_per_scale<Format>();
+  __m512i whole[R];  // q6_K: each row's super-block so far, an integer
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = qs + b * qstride;
     const uint16_t* sb = scales + b / per_scale * sstride;
@@ -404,6 +439,24 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
                      _MM_HINT_T0);
     __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
     values_vnni<Format>(wb, w);
+    if constexpr (Format == kQ6_K) {  // each row's super-block summed as one integer, then scaled once
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xb = qx + r * k + b * kBlock;
+        __m512i xq4[8];
+        for (int i = 0; i < 4; ++i) {
+          xq4[i] = broadcast_quad(xb + 4 * i);
+          xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
+        }
+        int32_t x_low, x_high;
+        x_sums16(xb, x_low, x_high);
+        whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
+                                    q6_block(w, xq4, x_low, x_high, sb, b));
+        if (b % 8 == 7)
+          acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(whole[r]), _mm512_set1_ps(dx[r * nb + b])),
+                                   q6_rows_d(sb), acc[r]);
+      }
+      continue;
+    }
     __m512 dw, mw;
     block_scales<Format>(sb, b, dw, mw);
     // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
@@ -492,6 +545,7 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     for (int64_t c = 0; c < G * sbytes * 2; c += 64)
       _mm_prefetch(reinterpret_cast<const char*>(scales + r * sstride) + c, kSetHint);
   __m512 acc[G];
+  __m512i whole[G];  // q6_K: each group's super-block so far, an integer
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* row = qs + b * qstride;
@@ -509,6 +563,21 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     const __m512 dx = _mm512_set1_ps(xq.d[b]);
     const __m512 sx = _mm512_set1_ps(xq.s[b]);
     const __m512i start = offset ? _mm512_set1_epi32(-offset * xq.sum[b]) : _mm512_setzero_si512();
+    if constexpr (Format == kQ6_K) {  // each group's super-block summed as one integer, then scaled once
+      int32_t x_low, x_high;
+      x_sums16(xb, x_low, x_high);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        __m512i w[8];
+        values_vnni<Format>(row + g * qbytes, w);
+        whole[g] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[g],
+                                    q6_block(w, xq4, x_low, x_high, srow + g * sbytes, b));
+        if (b % 8 == 7)
+          acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(whole[g]), dx), q6_rows_d(srow + g * sbytes),
+                                   acc[g]);
+      }
+      continue;
+    }
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
@@ -776,16 +845,18 @@ struct Repacked {
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
   TORCH_CHECK(format >= 0 && format < kRepackedFormats,
-              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl or q4_K");
+              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K or q6_K");
 #if !FRAME_GGML_VNNI
-  TORCH_CHECK(format != kQ4_K, "ggml_linear_repacked reads q4_K with AVX-512 VNNI and BW only");
+  TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads q4_K and q6_K with AVX-512 VNNI and BW only");
 #endif
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
-  const int64_t quads = format == kQ8_0 ? 8 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
-  // A group's scale records: per block 1 or 2 of 16 float16 (d, m), or q4_K's 10 per super-block of 8 blocks.
-  const bool super = format == kQ4_K;
-  const int64_t nscales = super ? 10 : has_min(format) ? 2 : 1, per_scale = super ? 8 : 1;
+  const int64_t quads = format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
+  // A group's scale records: per block 1 or 2 of 16 float16 (d, m), or per super-block of 8 blocks q4_K's 10 and
+  // q6_K's 9.
+  const bool super = super_block(format);
+  const int64_t nscales = format == kQ4_K ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
+  const int64_t per_scale = super ? 8 : 1;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
                   qs.size(3) == 16 && qs.size(4) == 4 && qs.size(1) % per_scale == 0,
               "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");

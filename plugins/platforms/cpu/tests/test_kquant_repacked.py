@@ -1,6 +1,7 @@
-"""q4_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the ggml
-repacked layout (``quantized.repack_q4_k``), its d sc and dmin mn made in float32 from the file's float16 and 6-bit
-values, x quantized per super-block as llama.cpp's q8_K. The file-layout kernel (``kquant``) stays the AVX2 and portable
+"""q4_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
+ggml repacked layout (``quantized.repack_q4_k``: its d sc and dmin mn made in float32 from the file's float16 and
+6-bit values; ``repack_q6_k``: 6-bit values as nibbles and two bit planes, a super-block summed as one integer), x
+quantized per super-block as llama.cpp's q8_K. The file-layout kernel (``kquant``) stays the AVX2 and portable
 paths: test_kquant.py."""
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from frame_platform_cpu import kernels, quantized
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = [
     pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}"),
-    pytest.mark.skipif(_WHY_NOT is None and not quantized.has_vnni(), reason="q4_K is read repacked with AVX-512 VNNI"),
+    pytest.mark.skipif(_WHY_NOT is None and not quantized.has_vnni(),
+                       reason="q4_K and q6_K are read repacked with AVX-512 VNNI"),
 ]
-Q4_K = quantized.REPACKED_KQUANTS["q4_k"]
+FORMATS = list(quantized.REPACKED_KQUANTS)
+REPACK = {"q4_k": quantized.repack_q4_k, "q6_k": quantized.repack_q6_k}
 
 
 def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernel sees it for q4_K (llama.cpp's q8_K): each super-block of 256 rounded to int8 steps of
+    """x as the kernel sees it for q4_K and q6_K (llama.cpp's q8_K): each super-block of 256 rounded to int8 steps of
     max|x| / 127 (half to even, as C++'s nearbyint), the step kept in float32, in float64."""
     blocks = x.float().reshape(x.shape[0], -1, 256)
     amax = blocks.abs().amax(-1, keepdim=True)
@@ -28,19 +31,20 @@ def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
     return (q * (amax / 127).double()).reshape(x.shape)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])
 # 40: a last group of 16 padded; 200: sets of four groups and a last padded group alone; 97: a last group of one.
 @pytest.mark.parametrize("out_features", [40, 200, 97])
-def test_q4_k_repacked_is_the_dequantised_product(rows: int, out_features: int) -> None:
-    weight = random_blocks("q4_k", out_features, 768, seed=out_features + rows)
+def test_repacked_super_blocks_are_the_dequantised_product(fmt: str, rows: int, out_features: int) -> None:
+    weight = random_blocks(fmt, out_features, 768, seed=out_features + rows)
     bias = torch.randn(out_features, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(rows))
     kernel = quantized.ggml_linear(weight, bias)
     assert getattr(kernel, "own_copy", False)  # the repacked path, not the file's blocks
     y = kernel(x)
     dense = weight.dequantize().double()
-    # Exact arithmetic on the rounded x: each chunk's integer products are summed exactly and d sc, dmin mn are
-    # exact in float32, so only the float32 rounding of the per-chunk terms and their sum remains.
+    # Exact arithmetic on the rounded x: each chunk's integer products are summed exactly (q6_K's super-block as one
+    # integer) and q4_K's d sc, dmin mn are exact in float32, so only float32 rounding of a few terms remains.
     torch.testing.assert_close(y.double(), quantized_inputs(x) @ dense.T + bias.double(), rtol=1e-5, atol=1e-4)
     # Against float32 x: rounding x to 255 levels per 256 inputs moves each product by at most max|x| / 254.
     loose = F.linear(x.double(), dense, bias.double())
@@ -49,15 +53,16 @@ def test_q4_k_repacked_is_the_dequantised_product(rows: int, out_features: int) 
     assert ((y.double() - loose).abs() <= bound * 1.01 + 1e-4).all()
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_q4_k_lone_rows_have_their_batchs_bits(threads: int) -> None:
+def test_lone_rows_have_their_batchs_bits(fmt: str, threads: int) -> None:
     # A lone row reads sets of four groups in step, a batch row tiles group by group: the same sums, bit for bit,
     # for every split of 1-10 groups over the threads.
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for out_features in (*range(16, 161, 16), 97):
-            linear = quantized.ggml_linear(random_blocks("q4_k", out_features, 512, seed=out_features), None)
+            linear = quantized.ggml_linear(random_blocks(fmt, out_features, 512, seed=out_features), None)
             x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9)).bfloat16()
             together = linear(x)
             for row in (0, 2, 4):
@@ -66,15 +71,16 @@ def test_q4_k_lone_rows_have_their_batchs_bits(threads: int) -> None:
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_q4_k_swiglu_is_the_product_then_the_activation(threads: int) -> None:
-    # SwiGLU's [gate | up] in q4_K runs the activation in the product's epilogue for bfloat16 x: the bits of the
-    # product followed by silu_and_mul. 80 and 16: gate and up groups that share a set of four.
+def test_swiglu_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
+    # SwiGLU's [gate | up] in a super-block format runs the activation in the product's epilogue for bfloat16 x:
+    # the bits of the product followed by silu_and_mul. 80 and 16: gate and up groups that share a set of four.
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for intermediate in (80, 160, 16):
-            weight = random_blocks("q4_k", 2 * intermediate, 256, seed=intermediate)
+            weight = random_blocks(fmt, 2 * intermediate, 256, seed=intermediate)
             layer = torch.nn.Linear(256, 2 * intermediate, bias=False)
             fused = quantized.packed_layer_kernel(layer, weight, gated=True)
             product = quantized.ggml_linear(weight, None)
@@ -86,26 +92,27 @@ def test_q4_k_swiglu_is_the_product_then_the_activation(threads: int) -> None:
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])
-def test_q4_k_repacked_runs_as_a_team_with_the_plain_ops_bits(rows: int, runs_every_way) -> None:
-    # A step program's stretch of two repacked q4_K linears (their `_into` form) runs as one team: the plain op's
-    # bits bound from records, from the arguments each run, or each call with its own parallel region.
+def test_repacked_super_blocks_run_as_a_team_with_the_plain_ops_bits(rows: int, runs_every_way) -> None:
+    # A step program's stretch of a repacked q4_K linear and a q6_K one (their `_into` form) runs as one team: the
+    # plain op's bits bound from records, from the arguments each run, or each call with its own parallel region.
     kernels.load()
     first = quantized.repack_q4_k(random_blocks("q4_k", 256, 256, seed=0).tensors["blocks"])
-    second = quantized.repack_q4_k(random_blocks("q4_k", 48, 256, seed=1).tensors["blocks"])
+    second = quantized.repack_q6_k(random_blocks("q6_k", 48, 256, seed=1).tensors["blocks"])
+    Q4_K, Q6_K = quantized.REPACKED_KQUANTS["q4_k"], quantized.REPACKED_KQUANTS["q6_k"]
     bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(3)).bfloat16()
     hidden, out = torch.empty(rows, 256, dtype=torch.bfloat16), torch.empty(rows, 48, dtype=torch.bfloat16)
     step = torch.ops.frame_cpu.ggml_linear_repacked(x, *first, Q4_K, 256, None)
-    expected = torch.ops.frame_cpu.ggml_linear_repacked(step, *second, Q4_K, 48, bias)
+    expected = torch.ops.frame_cpu.ggml_linear_repacked(step, *second, Q6_K, 48, bias)
     program = torch.classes.frame_cpu.StepProgram(0)
     program.call("frame_cpu::ggml_linear_repacked_into", "", [x, *first, Q4_K, 256, None, hidden], [-1] * 7, [])
-    program.call("frame_cpu::ggml_linear_repacked_into", "", [hidden, *second, Q4_K, 48, bias, out], [-1] * 7, [])
+    program.call("frame_cpu::ggml_linear_repacked_into", "", [hidden, *second, Q6_K, 48, bias, out], [-1] * 7, [])
     program.set_output(out, -1)
     assert program.num_bound() == 2 * program.num_teams()
     runs_every_way(program, out, expected)
 
 
-def test_the_repacked_record_holds_each_chunks_scales_and_the_halves() -> None:
+def test_the_q4_k_record_holds_each_chunks_scales_and_the_halves() -> None:
     # One group, one super-block: the record's sc and mn bytes per chunk are ggml's get_scale_min_k4, and its last
     # 64 bytes the rows' d and dmin as the file holds them.
     weight = random_blocks("q4_k", 16, 256, seed=5)
@@ -123,3 +130,24 @@ def test_the_repacked_record_holds_each_chunks_scales_and_the_halves() -> None:
     q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=2).reshape(16, 8, 32).double()
     rebuilt = (d * sc).unsqueeze(-1) * q - (dmin * mn).unsqueeze(-1)
     torch.testing.assert_close(rebuilt.reshape(16, 256), dense, rtol=0, atol=0)
+
+
+def test_q6_k_repacked_values_and_record_give_back_the_dequantised_weight() -> None:
+    # One group, one super-block: the nibbles of chunk c, bit planes 4 and 5 and the record's sc and d rebuild gguf's
+    # dequantisation exactly: d sc_(v // 16) (u - 32).
+    weight = random_blocks("q6_k", 16, 256, seed=6)
+    qs, scales = quantized.repack_q6_k(weight.tensors["blocks"])
+    chunks = qs.reshape(8, 6, 16, 4)  # [block, chunk, row, byte t]
+    nibbles = chunks[:, :4].permute(0, 2, 1, 3).reshape(8, 16, 16)  # [block, row, byte 4c + t]
+    u = torch.cat([nibbles & 0xF, nibbles >> 4], dim=-1).long()  # [block, row, input]: low nibble i, high 16 + i
+    for plane, chunk in ((4, 4), (5, 5)):
+        masks = chunks[:, chunk].reshape(8, 8, 8).view(torch.int64)[..., 0]  # [block, mask i]: bit 4j + t
+        bits = (masks.unsqueeze(-1) >> torch.arange(64)) & 1  # [block, i, 4j + t]
+        bits = bits.reshape(8, 8, 16, 4).permute(0, 2, 1, 3).reshape(8, 16, 32)  # [block, row, input 4i + t]
+        u = u | (bits << plane)
+    record = scales.reshape(-1).view(torch.uint8)
+    sc = record[:256].view(torch.int8).reshape(16, 16).T.double()  # [row, chunk of 16]
+    d = record[256:288].view(torch.float16).double().reshape(16, 1)
+    values = u.permute(1, 0, 2).reshape(16, 256).double()  # [row, input]
+    rebuilt = d * sc.repeat_interleave(16, dim=1) * (values - 32)
+    torch.testing.assert_close(rebuilt, weight.dequantize().double(), rtol=0, atol=0)
