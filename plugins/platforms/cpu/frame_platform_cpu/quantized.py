@@ -246,8 +246,7 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     """The kernel over ``blocks`` repacked once (``repack_blocks``): AVX-512 VNNI, or AVX2."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
-    repack = {REPACKED_KQUANTS["q4_k"]: repack_q4_k, REPACKED_KQUANTS["q6_k"]: repack_q6_k}.get(
-        fmt, lambda b: repack_blocks(b, fmt))
+    repack = {6: repack_q4_k, 7: repack_q6_k}.get(fmt, lambda b: repack_blocks(b, fmt))  # REPACKED_KQUANTS
     qs, scales = (huge_pages.resident(t) for t in repack(blocks.contiguous()))
     float_bias = None if bias is None else bias.float().contiguous()
 

@@ -1,8 +1,8 @@
 """q4_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
-ggml repacked layout (``quantized.repack_q4_k``: its d sc and dmin mn made in float32 from the file's float16 and
-6-bit values; ``repack_q6_k``: 6-bit values as nibbles and two bit planes, a super-block summed as one integer), x
-quantized per super-block as llama.cpp's q8_K. The file-layout kernel (``kquant``) stays the AVX2 and portable
-paths: test_kquant.py."""
+ggml repacked layout (``quantized.repack_q4_k``: its 6-bit sc and mn a byte each; ``repack_q6_k``: 6-bit values as
+nibbles and two bit planes), x quantized per super-block as llama.cpp's q8_K, each super-block summed as the file-
+layout kernel's portable path sums it (the same integers, the same float operations), so with its bits. That kernel
+(``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from frame.testing.ggml_blocks import random_blocks
-from frame_platform_cpu import kernels, quantized
+from frame_platform_cpu import kernels, kquant, quantized
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = [
@@ -46,6 +46,9 @@ def test_repacked_super_blocks_are_the_dequantised_product(fmt: str, rows: int, 
     # Exact arithmetic on the rounded x: each chunk's integer products are summed exactly (q6_K's super-block as one
     # integer) and q4_K's d sc, dmin mn are exact in float32, so only float32 rounding of a few terms remains.
     torch.testing.assert_close(y.double(), quantized_inputs(x) @ dense.T + bias.double(), rtol=1e-5, atol=1e-4)
+    # The portable path's bits: llama.cpp's integer sums and float order (the perplexity against llama.cpp's is that
+    # sensitive to an ulp: docs/models.md).
+    assert torch.equal(y, kquant.kquant_linear(weight, bias, portable=True)(x))
     # Against float32 x: rounding x to 255 levels per 256 inputs moves each product by at most max|x| / 254.
     loose = F.linear(x.double(), dense, bias.double())
     amax = x.abs().reshape(rows, -1, 256).amax(-1).double()

@@ -349,9 +349,9 @@ inline __m512i broadcast_quad(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// A group's scale record: one per block (float16 d, then m: scales_of values of 16 rows), or for q4_K one per
-// super-block of 8 blocks: per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the 16 rows'
-// float16 d, then dmin (160 values).
+// A group's scale record: one per block (float16 d, then m: scales_of values of 16 rows), or one per super-block
+// of 8 blocks: q4_K's per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the 16 rows'
+// float16 d, then dmin (160 values); q6_K's below (144).
 template <int64_t Format>
 constexpr int64_t blocks_per_scale() { return super_block(Format) ? 8 : 1; }
 template <int64_t Format>
@@ -386,28 +386,40 @@ inline __m512i q6_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int
   return _mm512_add_epi32(_mm512_mullo_epi32(low, sc_low), _mm512_mullo_epi32(high, sc_high));
 }
 
-// q6_K's 16 rows' d from their record.
-inline __m512 q6_rows_d(const uint16_t* record) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
+// acc + d_x (d S) for a super-block's integer S and the 16 rows' d in their record: the file-layout kernel's and
+// its portable path's float operations, so q6_K repacked has their bits (a rounding order of its own moved the
+// llama.cpp matrix's Q4_K_M perplexity by 1.6%: x's int8 steps turn an ulp upstream into whole steps).
+inline __m512 q6_scaled(__m512i whole, __m512 dx, const uint16_t* record, __m512 acc) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
+  return _mm512_fmadd_ps(dx, _mm512_mul_ps(d, _mm512_cvtepi32_ps(whole)), acc);
 }
 
-// Block b's 16 rows' d and m (acc += dot dx d + m sx) from its group's scale record `sb`. q4_K's are made in
-// float32 as ggml dequantises them: d sc and -(dmin mn), each exact (11 bits of float16 times 6).
+// q4_K's block b (its 16 rows' exact dot with x's block, x's block sum): sc dot into the super-block's integer S
+// and mn sum(q_x) into its M, as the file-layout kernel's portable path and llama.cpp sum them (each under 2^25).
+inline void q4k_block(__m512i dot, int32_t x_sum, const uint16_t* record, int64_t b, __m512i& whole, __m512i& mins) {
+  const uint8_t* chunk = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
+  const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
+  const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16)));
+  const __m512i sc_dot = _mm512_mullo_epi32(dot, sc), mn_sum = _mm512_mullo_epi32(_mm512_set1_epi32(x_sum), mn);
+  whole = b % 8 == 0 ? sc_dot : _mm512_add_epi32(whole, sc_dot);
+  mins = b % 8 == 0 ? mn_sum : _mm512_add_epi32(mins, mn_sum);
+}
+
+// acc + d_x (d S - dmin M) for a q4_K super-block, the portable path's float operations (so its bits).
+inline __m512 q4k_scaled(__m512i whole, __m512i mins, __m512 dx, const uint16_t* record, __m512 acc) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 144)));
+  const __m512 t = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(whole), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mins)));
+  return _mm512_fmadd_ps(dx, t, acc);
+}
+
+// Block b's 16 rows' d and m (acc += dot dx d + m sx) from its group's scale record `sb`, for the formats scaled
+// block by block (q4_K and q6_K are not: their super-blocks are summed as integers, q4k_block and q6_block).
 template <int64_t Format>
-inline void block_scales(const uint16_t* sb, int64_t b, __m512& dw, __m512& mw) {
-  if constexpr (Format == kQ4_K) {
-    const uint8_t* chunk = reinterpret_cast<const uint8_t*>(sb) + 32 * (b % 8);
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk))));
-    const __m512 mn =
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16))));
-    dw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128))), sc);
-    const __m512 m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 144))), mn);
-    mw = _mm512_sub_ps(_mm512_setzero_ps(), m);
-  } else {
-    dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-    mw = has_min(Format) ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)))
-                         : _mm512_setzero_ps();
-  }
+inline void block_scales(const uint16_t* sb, __m512& dw, __m512& mw) {
+  dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+  mw = has_min(Format) ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16)))
+                       : _mm512_setzero_ps();
 }
 
 // One group of 16 output rows against R rows of quantized x (rows r0.. of xq), its blocks `qstride` bytes and their
@@ -425,7 +437,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
   constexpr int64_t per_scale = blocks_per_scale<Format>();
-  __m512i whole[R];  // q6_K: each row's super-block so far, an integer
+  __m512i whole[R], mins[R];  // q6_K, q4_K: each row's super-block so far, integers
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = qs + b * qstride;
     const uint16_t* sb = scales + b / per_scale * sstride;
@@ -451,14 +463,10 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
         x_sums16(xb, x_low, x_high);
         whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
                                     q6_block(w, xq4, x_low, x_high, sb, b));
-        if (b % 8 == 7)
-          acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(whole[r]), _mm512_set1_ps(dx[r * nb + b])),
-                                   q6_rows_d(sb), acc[r]);
+        if (b % 8 == 7) acc[r] = q6_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
       }
       continue;
     }
-    __m512 dw, mw;
-    block_scales<Format>(sb, b, dw, mw);
     // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
     // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
     // offset back out.
@@ -473,6 +481,15 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
         lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
       }
     }
+    if constexpr (Format == kQ4_K) {
+      for (int r = 0; r < R; ++r) {
+        q4k_block(lo[r], sumx[r * nb + b], sb, b, whole[r], mins[r]);
+        if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
+      }
+      continue;
+    }
+    __m512 dw, mw;
+    block_scales<Format>(sb, dw, mw);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i dot = lo[r];
@@ -545,7 +562,7 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     for (int64_t c = 0; c < G * sbytes * 2; c += 64)
       _mm_prefetch(reinterpret_cast<const char*>(scales + r * sstride) + c, kSetHint);
   __m512 acc[G];
-  __m512i whole[G];  // q6_K: each group's super-block so far, an integer
+  __m512i whole[G], mins[G];  // q6_K, q4_K: each group's super-block so far, integers
   for (int i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* row = qs + b * qstride;
@@ -572,17 +589,20 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
         values_vnni<Format>(row + g * qbytes, w);
         whole[g] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[g],
                                     q6_block(w, xq4, x_low, x_high, srow + g * sbytes, b));
-        if (b % 8 == 7)
-          acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(whole[g]), dx), q6_rows_d(srow + g * sbytes),
-                                   acc[g]);
+        if (b % 8 == 7) acc[g] = q6_scaled(whole[g], dx, srow + g * sbytes, acc[g]);
       }
       continue;
     }
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
+      if constexpr (Format == kQ4_K) {
+        q4k_block(dot, xq.sum[b], srow + g * sbytes, b, whole[g], mins[g]);
+        if (b % 8 == 7) acc[g] = q4k_scaled(whole[g], mins[g], dx, srow + g * sbytes, acc[g]);
+        continue;
+      }
       __m512 dw, mw;
-      block_scales<Format>(srow + g * sbytes, b, dw, mw);
+      block_scales<Format>(srow + g * sbytes, dw, mw);
       acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx), dw, acc[g]);
       if constexpr (has_min(Format)) acc[g] = _mm512_fmadd_ps(mw, sx, acc[g]);
     }
