@@ -246,8 +246,7 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     """The kernel over ``blocks`` repacked once (``repack_blocks``): AVX-512 VNNI, or AVX2."""
     op = torch.ops.frame_cpu.ggml_linear_repacked.default
     out_features = blocks.shape[0]
-    repack = {6: repack_q4_k, 7: repack_q6_k}.get(fmt, lambda b: repack_blocks(b, fmt))  # REPACKED_KQUANTS
-    qs, scales = (huge_pages.resident(t) for t in repack(blocks.contiguous()))
+    qs, scales = (huge_pages.resident(t) for t in _repack_by_rows(blocks.contiguous(), fmt))
     float_bias = None if bias is None else bias.float().contiguous()
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:
@@ -258,6 +257,32 @@ def _repacked_linear(blocks: torch.Tensor, fmt: int, bias: torch.Tensor | None) 
     linear.own_copy = True  # type: ignore[attr-defined]
     linear.swiglu = lambda: _repacked_swiglu(linear, qs, scales, fmt, out_features, float_bias)  # type: ignore
     return linear
+
+
+#: Rows repacked at a time, a multiple of a set's 64: a large weight's repack makes a few times its size in
+#: temporaries, which (freed or not given back at once) raised a 1B Q4_K_M file's peak while loading by 0.8 GiB.
+_REPACK_ROWS = 1024
+
+
+def _repack_by_rows(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``repack_blocks`` (``repack_q4_k``, ``repack_q6_k`` for the super-block formats) of ``blocks``, _REPACK_ROWS
+    rows at a time into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole
+    groups, so the slices' bytes laid end to end are the whole weight's."""
+    repack = {6: repack_q4_k, 7: repack_q6_k}.get(fmt, lambda b: repack_blocks(b, fmt))  # REPACKED_KQUANTS
+    rows = blocks.shape[0]
+    if rows <= _REPACK_ROWS:
+        return repack(blocks)
+    out: tuple[torch.Tensor, torch.Tensor] | None = None
+    for first in range(0, rows, _REPACK_ROWS):
+        qs, scales = repack(blocks[first : first + _REPACK_ROWS])
+        if out is None:
+            groups = -(-rows // 16)
+            out = (qs.new_empty(groups, *qs.shape[1:]), scales.new_empty(groups, *scales.shape[1:]))
+        group = first // 16
+        out[0][group : group + qs.shape[0]] = qs
+        out[1][group : group + scales.shape[0]] = scales
+    assert out is not None
+    return out
 
 
 def _repacked_swiglu(linear: Kernel, qs: torch.Tensor, scales: torch.Tensor, fmt: int, out_features: int,

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from frame.testing.ggml_blocks import random_blocks
+from frame.weights import GGMLWeight
 from frame_platform_cpu import kernels, kquant, quantized
 
 _WHY_NOT = kernels.unavailable_reason()
@@ -154,3 +155,15 @@ def test_q6_k_repacked_values_and_record_give_back_the_dequantised_weight() -> N
     values = u.permute(1, 0, 2).reshape(16, 256).double()  # [row, input]
     rebuilt = d * sc.repeat_interleave(16, dim=1) * (values - 32)
     torch.testing.assert_close(rebuilt, weight.dequantize().double(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fmt", [*FORMATS, "q4_1"])
+def test_a_large_weight_is_repacked_in_slices_with_the_whole_ones_bytes(fmt: str, monkeypatch) -> None:
+    # 200 rows repacked 64 at a time (a last slice of 8 rows, padded): the same tensors as in one piece.
+    weight = (random_blocks(fmt, 200, 256, seed=3) if fmt in FORMATS
+              else GGMLWeight.quantized(fmt, torch.randn(200, 256, generator=torch.Generator().manual_seed(3))))
+    code = {**quantized.GGML_FORMATS, **quantized.REPACKED_KQUANTS}[fmt]
+    whole = quantized._repack_by_rows(weight.tensors["blocks"], code)
+    monkeypatch.setattr(quantized, "_REPACK_ROWS", 64)
+    sliced = quantized._repack_by_rows(weight.tensors["blocks"], code)
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(whole, sliced, strict=True))
