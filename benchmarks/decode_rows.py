@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from frame import native
 from frame.testing.ggml_blocks import random_blocks as kquant_blocks
-from frame_platform_cpu import huge_pages, kernels, kquant, probe, quantized
+from frame_platform_cpu import huge_pages, kernels, kquant, probe, quantized, repack
 from frame_platform_cpu.record import record
 from frame_platform_cpu.replay import compile_replay
 
@@ -48,7 +48,7 @@ Linear = Callable[[torch.Tensor], torch.Tensor | None]
 def random_blocks(fmt: str, out_f: int, in_f: int, gen: torch.Generator) -> torch.Tensor:
     """Random ggml blocks of ``fmt`` whose float16 scales (d, and m) are 2^-8."""
     code = quantized.GGML_FORMATS[fmt]
-    size = quantized._BLOCK_BYTES[code]
+    size = repack.BLOCK_BYTES[code]
     blocks = torch.randint(0, 256, (out_f, in_f // 32, size), dtype=torch.uint8, generator=gen)
     halves = 2 if fmt in ("q4_1", "q5_1") else 1
     blocks[..., : 2 * halves] = torch.tensor([0x00, 0x1C] * halves, dtype=torch.uint8)  # 0x1C00 = 2^-8
@@ -66,7 +66,7 @@ def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear],
     for fmt in GGML:
         code = quantized.GGML_FORMATS[fmt]
         out[fmt] = (lambda o, i, g, f=fmt, c=code: quantized._block_linear(random_blocks(f, o, i, g), c, None, None),
-                    quantized._BLOCK_BYTES[code] / 32, torch.bfloat16)
+                    repack.BLOCK_BYTES[code] / 32, torch.bfloat16)
     seeds = iter(range(1 << 30))
     for fmt, size in (("q4_k", 144), ("q6_k", 210)):
         out[fmt] = (lambda o, i, g, f=fmt: quantized.ggml_linear(kquant_blocks(f, o, i, seed=next(seeds)), None),

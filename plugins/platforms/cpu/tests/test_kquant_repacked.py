@@ -1,5 +1,5 @@
 """q4_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
-ggml repacked layout (``quantized.repack_q4_k``: its 6-bit sc and mn a byte each; ``repack_q6_k``: 6-bit values as
+ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each; ``repack_q6_k``: 6-bit values as
 nibbles and two bit planes), x quantized per super-block as llama.cpp's q8_K, each super-block summed as the file-
 layout kernel's portable path sums it (the same integers, the same float operations), so with its bits. That kernel
 (``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from frame.testing.ggml_blocks import random_blocks
 from frame.weights import GGMLWeight
-from frame_platform_cpu import kernels, kquant, quantized
+from frame_platform_cpu import kernels, kquant, quantized, repack
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = [
@@ -20,7 +20,7 @@ pytestmark = [
                        reason="q4_K and q6_K are read repacked with AVX-512 VNNI"),
 ]
 FORMATS = list(quantized.REPACKED_KQUANTS)
-REPACK = {"q4_k": quantized.repack_q4_k, "q6_k": quantized.repack_q6_k}
+REPACK = {"q4_k": repack.repack_q4_k, "q6_k": repack.repack_q6_k}
 
 
 def quantized_inputs(x: torch.Tensor) -> torch.Tensor:
@@ -100,8 +100,8 @@ def test_repacked_super_blocks_run_as_a_team_with_the_plain_ops_bits(rows: int, 
     # A step program's stretch of a repacked q4_K linear and a q6_K one (their `_into` form) runs as one team: the
     # plain op's bits bound from records, from the arguments each run, or each call with its own parallel region.
     kernels.load()
-    first = quantized.repack_q4_k(random_blocks("q4_k", 256, 256, seed=0).tensors["blocks"])
-    second = quantized.repack_q6_k(random_blocks("q6_k", 48, 256, seed=1).tensors["blocks"])
+    first = repack.repack_q4_k(random_blocks("q4_k", 256, 256, seed=0).tensors["blocks"])
+    second = repack.repack_q6_k(random_blocks("q6_k", 48, 256, seed=1).tensors["blocks"])
     Q4_K, Q6_K = quantized.REPACKED_KQUANTS["q4_k"], quantized.REPACKED_KQUANTS["q6_k"]
     bias = torch.randn(48, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(3)).bfloat16()
@@ -120,7 +120,7 @@ def test_the_q4_k_record_holds_each_chunks_scales_and_the_halves() -> None:
     # One group, one super-block: the record's sc and mn bytes per chunk are ggml's get_scale_min_k4, and its last
     # 64 bytes the rows' d and dmin as the file holds them.
     weight = random_blocks("q4_k", 16, 256, seed=5)
-    _, scales = quantized.repack_q4_k(weight.tensors["blocks"])
+    _, scales = repack.repack_q4_k(weight.tensors["blocks"])
     record = scales.reshape(-1).view(torch.uint8)
     blocks = weight.tensors["blocks"].reshape(16, 144)
     assert torch.equal(record[256:288].view(torch.float16), blocks[:, 0:2].contiguous().view(torch.float16).reshape(16))
@@ -140,7 +140,7 @@ def test_q6_k_repacked_values_and_record_give_back_the_dequantised_weight() -> N
     # One group, one super-block: the nibbles of chunk c, bit planes 4 and 5 and the record's sc and d rebuild gguf's
     # dequantisation exactly: d sc_(v // 16) (u - 32).
     weight = random_blocks("q6_k", 16, 256, seed=6)
-    qs, scales = quantized.repack_q6_k(weight.tensors["blocks"])
+    qs, scales = repack.repack_q6_k(weight.tensors["blocks"])
     chunks = qs.reshape(8, 6, 16, 4)  # [block, chunk, row, byte t]
     nibbles = chunks[:, :4].permute(0, 2, 1, 3).reshape(8, 16, 16)  # [block, row, byte 4c + t]
     u = torch.cat([nibbles & 0xF, nibbles >> 4], dim=-1).long()  # [block, row, input]: low nibble i, high 16 + i
@@ -163,7 +163,7 @@ def test_a_large_weight_is_repacked_in_slices_with_the_whole_ones_bytes(fmt: str
     weight = (random_blocks(fmt, 200, 256, seed=3) if fmt in FORMATS
               else GGMLWeight.quantized(fmt, torch.randn(200, 256, generator=torch.Generator().manual_seed(3))))
     code = {**quantized.GGML_FORMATS, **quantized.REPACKED_KQUANTS}[fmt]
-    whole = quantized._repack_by_rows(weight.tensors["blocks"], code)
-    monkeypatch.setattr(quantized, "_REPACK_ROWS", 64)
-    sliced = quantized._repack_by_rows(weight.tensors["blocks"], code)
+    whole = repack.repack_by_rows(weight.tensors["blocks"], code)
+    monkeypatch.setattr(repack, "_REPACK_ROWS", 64)
+    sliced = repack.repack_by_rows(weight.tensors["blocks"], code)
     assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(whole, sliced, strict=True))

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from frame.testing.ggml_blocks import random_blocks
 from frame.weights import GGMLWeight, MixedRows
-from frame_platform_cpu import kernels, kquant, probe, quantized
+from frame_platform_cpu import kernels, kquant, probe, quantized, repack
 
 _WHY_NOT = kernels.unavailable_reason()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}")
@@ -125,9 +125,9 @@ def test_repacked_sets_hold_their_groups_blocks_side_by_side(monkeypatch) -> Non
     # Six groups of 16 rows, three blocks each: set 0 holds groups 0-3 and set 1 groups 4-5, each block-major (block
     # b of the set's groups side by side, then b + 1) in the bytes its groups would fill one after the other.
     blocks = packed("q5_1", 96, 96).tensors["blocks"]
-    qs, scales = quantized.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
-    monkeypatch.setattr(quantized, "SET_GROUPS", 1)  # sets of one group: group-major, each group's blocks in turn
-    by_group = quantized.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
+    qs, scales = repack.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
+    monkeypatch.setattr(repack, "SET_GROUPS", 1)  # sets of one group: group-major, each group's blocks in turn
+    by_group = repack.repack_blocks(blocks, quantized.GGML_FORMATS["q5_1"])
     for packed_, group_major in zip((qs, scales), by_group, strict=True):
         assert packed_.shape == group_major.shape
         rows, reference = packed_.reshape(18, -1), group_major.reshape(6, 3, -1)
@@ -318,8 +318,8 @@ def test_repacked_products_run_as_a_team_with_the_plain_ops_bits(fmt: str, rows:
     # the arguments each run, or each call with its own parallel region: the plain ops' bits every way.
     kernels.load()
     code = quantized.GGML_FORMATS[fmt]
-    qs, scales = quantized.repack_blocks(packed(fmt, 64, 64).tensors["blocks"], code)
-    gate_qs, gate_scales = quantized.repack_blocks(packed(fmt, 64, 64, seed=1).tensors["blocks"], code)
+    qs, scales = repack.repack_blocks(packed(fmt, 64, 64).tensors["blocks"], code)
+    gate_qs, gate_scales = repack.repack_blocks(packed(fmt, 64, 64, seed=1).tensors["blocks"], code)
     bias = torch.randn(64, generator=torch.Generator().manual_seed(2))
     x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3)).bfloat16()
     gated = quantized.has_vnni()

@@ -1,6 +1,6 @@
 // ggml's blocks of 32 weights as ggml_linear.cpp reads them: the formats, their sizes, and one block's values as
 // integers for each ISA path (plain C++, AVX2, and AVX-512 VNNI over the repacked layout of
-// quantized.repack_blocks). Every path turns a block into 32 integers u and a float rule:
+// repack.repack_blocks). Every path turns a block into 32 integers u and a float rule:
 //   q4_0:   u = nibble (0-15)                       w = d (u - 8)
 //   q4_1:   u = nibble                              w = d u + m
 //   q8_0:   u = the int8 q                          w = d u

@@ -18,7 +18,7 @@
 // AVX2 path (rows_avx2) now serves only callers that ask for it: the repacked one below reads faster on AVX2 too.
 //
 // `ggml_linear_repacked` is the AVX-512 VNNI path (Ice Lake and later Xeons, Zen 4): the same blocks repacked once
-// at load (quantized.repack_blocks) so that one zmm holds 16 output rows' values of 4 consecutive inputs, and one
+// at load (repack.repack_blocks) so that one zmm holds 16 output rows' values of 4 consecutive inputs, and one
 // `vpdpbusd` multiplies them by 4 of x's int8 values (broadcast) for all 16 rows at once, with no horizontal sums.
 // At one row it reads the weight at the machine's streaming rate: all of SmolLM2-135M's Q4_1 linears (66 MB of
 // q4_1, a 30 MB q8_0 output matrix) in 2.6 ms on 2 cores of a Xeon, against 10.8 ms for the AVX2 path and 2.5
@@ -294,7 +294,7 @@ void rows_avx2(const uint8_t* w, int64_t nb, const QuantizedView& xq, int64_t r0
 #endif
 
 #if FRAME_GGML_VNNI
-// The repacked layout (quantized.repack_blocks): output rows in groups of 16, one per int32 lane. For group g
+// The repacked layout (repack.repack_blocks): output rows in groups of 16, one per int32 lane. For group g
 // and block b, `qs` holds the block's quantized values as `quads` zmm-sized chunks [quads][16 rows][4 bytes]:
 // chunk c is, for each of the 16 rows, the 4 bytes that `vpdpbusd` multiplies by x's 4 inputs 4c..4c+3.
 //   q4_0 / q4_1: 4 chunks of the rows' nibble bytes, byte t of chunk c is ggml's byte 4c+t, so its low nibble is
@@ -313,7 +313,7 @@ constexpr int64_t kStreamAhead = 4096;
 #endif
 
 #if FRAME_GGML_REPACKED
-// Groups of 16 output rows taken in step by a one-row product; quantized.SET_GROUPS packs them so.
+// Groups of 16 output rows taken in step by a one-row product; repack.SET_GROUPS packs them so.
 constexpr int kSetGroups = 4;
 
 // Where the repacked layout keeps a group's blocks. Groups kSetGroups s.. kSetGroups s + kSetGroups - 1 (the

@@ -1,4 +1,4 @@
-// The repacked ggml layout (quantized.repack_blocks) read with AVX2: the path of CPUs with AVX2 and no AVX-512 VNNI
+// The repacked ggml layout (repack.repack_blocks) read with AVX2: the path of CPUs with AVX2 and no AVX-512 VNNI
 // (Zen 2 / Zen 3, Haswell to Comet Lake). A group's chunk [16 rows][4 bytes] is two ymm halves, rows 0-7 and 8-15,
 // one row per int32 lane; `vpmaddubsw` of a half against x's 4 inputs broadcast and `vpmaddwd` by ones leave each
 // row's sum of those 4 products in its own lane, so a block's 8 rows need no horizontal sum, and the scales of 8
