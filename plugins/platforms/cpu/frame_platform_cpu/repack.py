@@ -1,6 +1,6 @@
 """The repacked layout of ggml weights that ``csrc/ggml_linear.cpp``'s ``ggml_linear_repacked`` reads: output rows in
 groups of 16, one per vector lane, each block of 32 of a group as ``[quads][16 rows][4 bytes]`` (``repack_blocks``),
-q4_K's and q6_K's super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ``repack_q6_k``), and
+q4_K's, q5_K's and q6_K's super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ...), and
 groups in sets of four whose blocks interleave, so that a one-row product reads a set as one stream
 (``_interleave_sets``). A large weight is repacked a slice of rows at a time (``repack_by_rows``)."""
 
@@ -13,7 +13,7 @@ GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl":
 #: Bytes of one block of 32 in each of them.
 BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 #: Super-block formats ``ggml_linear_repacked`` also reads (with AVX-512 VNNI), each chunk of 32 as a block.
-REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7}
+REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7, "q5_k": 8}
 
 #: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
 #: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
@@ -27,20 +27,38 @@ def repack_q4_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     rows' float16 d and dmin. Returns ``(qs uint8 [groups, in / 32, 4, 16, 4], scales float16 [groups, in / 256,
     10, 16])``, set by set as ``repack_blocks``'s. The values are ggml's ``dequantize_row_q4_K``: chunk c of a
     super-block is d sc_c q - dmin mn_c, q the nibbles of bytes 32 (c // 2).. (low for even c, high for odd)."""
+    return _repack_k_with_mins(blocks, 144, high_bits=False)
+
+
+def repack_q5_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q5_K super-blocks ``[out, in / 256 * 176]`` as ``repack_q4_k`` lays out q4_K (format 8), each chunk's 5-bit
+    values as q5_0's repacked nibbles and mask of high bits: ``(qs uint8 [groups, in / 32, 5, 16, 4], scales)``.
+    ggml's ``dequantize_row_q5_K``: value l of chunk c is q4_K's nibble plus 16 times bit c of qh byte l."""
+    return _repack_k_with_mins(blocks, 176, high_bits=True)
+
+
+def _repack_k_with_mins(blocks: torch.Tensor, size: int, high_bits: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """q4_K (``high_bits`` False) or q5_K: d, dmin, 12 bytes of 6-bit sc and mn, q5_K's 32 bytes of high bits, then
+    128 bytes of nibbles."""
     rows = blocks.shape[0]
     pad = -rows % 16
     if pad:
         blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
-    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, 144)
-    nsb = b.shape[1]
+    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, size)
+    padded, nsb = b.shape[0], b.shape[1]
     q = b[..., 4:16].int()  # ggml's get_scale_min_k4: eight 6-bit scales and mins in 12 bytes
     sc = torch.cat([q[..., 0:4] & 63, (q[..., 8:12] & 0xF) | ((q[..., 0:4] >> 6) << 4)], dim=-1)
     mn = torch.cat([q[..., 4:8] & 63, (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)], dim=-1)
-    nibbles = b[..., 16:].reshape(-1, nsb, 4, 32)
-    values = torch.stack([nibbles & 0xF, nibbles >> 4], dim=3).reshape(-1, nsb * 8, 32)  # chunk 2j + high, value
-    as_q4_0 = torch.zeros(values.shape[0], nsb * 8, 18, dtype=torch.uint8)
-    as_q4_0[..., 2:] = values[..., :16] | (values[..., 16:] << 4)
-    qs, _ = repack_blocks(as_q4_0.reshape(values.shape[0], -1), GGML_FORMATS["q4_0"])
+    nibbles = b[..., size - 128 :].reshape(padded, nsb, 4, 32)
+    values = torch.stack([nibbles & 0xF, nibbles >> 4], dim=3).reshape(padded, nsb * 8, 32)  # chunk 2j + high
+    block = torch.zeros(padded, nsb * 8, 22 if high_bits else 18, dtype=torch.uint8)  # as q5_0 or q4_0 blocks
+    block[..., -16:] = values[..., :16] | (values[..., 16:] << 4)
+    if high_bits:  # bit c of qh byte l: chunk c's value l's bit 4, as q5_0's little-endian uint32 of high bits
+        qh = b[..., 16:48].long()  # [rows, nsb, l]
+        bits = (qh.unsqueeze(2) >> torch.arange(8).reshape(1, 1, 8, 1)) & 1  # [rows, nsb, chunk, l]
+        masks = (bits << torch.arange(32)).sum(-1).reshape(padded, nsb * 8)
+        block[..., 2:6] = (masks.unsqueeze(-1) >> torch.arange(0, 32, 8)).to(torch.uint8)
+    qs, _ = repack_blocks(block.reshape(padded, -1), GGML_FORMATS["q5_0" if high_bits else "q4_0"])
     record = torch.empty(groups, nsb, 320, dtype=torch.uint8)
     by_chunk = torch.stack([sc, mn], dim=-1).to(torch.uint8)  # [rows, nsb, 8 chunks, sc / mn]
     record[..., :256] = by_chunk.reshape(groups, 16, nsb, 8, 2).permute(0, 2, 3, 4, 1).reshape(groups, nsb, 256)
@@ -143,7 +161,7 @@ def repack_by_rows(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.
     """``repack_blocks`` (``repack_q4_k``, ``repack_q6_k`` for the super-block formats) of ``blocks``, _REPACK_ROWS
     rows at a time into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole
     groups, so the slices' bytes laid end to end are the whole weight's."""
-    repack = {6: repack_q4_k, 7: repack_q6_k}.get(fmt, lambda b: repack_blocks(b, fmt))  # REPACKED_KQUANTS
+    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k}.get(fmt, lambda b: repack_blocks(b, fmt))
     rows = blocks.shape[0]
     if rows <= _REPACK_ROWS:
         return repack(blocks)

@@ -115,12 +115,12 @@ def test_bfloat16_rows_come_back_bfloat16(path: dict) -> None:
 
 def test_the_weight_is_read_in_place() -> None:
     # The kernel keeps the file's blocks (a memory-mapped tensor in a real load), not a copy: changing them
-    # changes the product. (q4_K and q6_K are read repacked where the CPU has AVX-512 VNNI: test_kquant_repacked.)
-    weight = random_blocks("q5_k", 16, 256)
+    # changes the product. (q4_K, q5_K and q6_K are read repacked where the CPU has AVX-512 VNNI: test_kquant_repacked.)
+    weight = random_blocks("iq4_xs", 16, 256)
     kernel = quantized.ggml_linear(weight, None)
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1))
     before = kernel(x)
-    weight.tensors["blocks"][:, 48:176] ^= 0x11  # some of q5_K's nibbles
+    weight.tensors["blocks"][:, 8:136] ^= 0x11  # some of iq4_xs's nibbles
     assert not torch.equal(kernel(x), before)
     exact = quantized_inputs(x) @ weight.dequantize().double().T
     torch.testing.assert_close(kernel(x).double(), exact, rtol=1e-5, atol=1e-4)

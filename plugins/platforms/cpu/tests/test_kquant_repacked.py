@@ -1,4 +1,4 @@
-"""q4_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
+"""q4_K, q5_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
 ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each; ``repack_q6_k``: 6-bit values as
 nibbles and two bit planes), x quantized per super-block as llama.cpp's q8_K, each super-block summed as the file-
 layout kernel's portable path sums it (the same integers, the same float operations), so with its bits. That kernel
@@ -17,10 +17,9 @@ _WHY_NOT = kernels.unavailable_reason()
 pytestmark = [
     pytest.mark.skipif(_WHY_NOT is not None, reason=f"the cpu platform's kernels cannot be built: {_WHY_NOT}"),
     pytest.mark.skipif(_WHY_NOT is None and not quantized.has_vnni(),
-                       reason="q4_K and q6_K are read repacked with AVX-512 VNNI"),
+                       reason="the K-quants are read repacked with AVX-512 VNNI"),
 ]
 FORMATS = list(quantized.REPACKED_KQUANTS)
-REPACK = {"q4_k": repack.repack_q4_k, "q6_k": repack.repack_q6_k}
 
 
 def quantized_inputs(x: torch.Tensor) -> torch.Tensor:

@@ -29,20 +29,24 @@
 
 namespace ggml_blocks {
 
-enum Format : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6, kQ6_K = 7 };
-// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K and q6_K (super-blocks of
-// 256) are read only repacked, each chunk of 32 as a block: q4_K's w = d sc q - dmin mn, q4_1's rule with its d
-// and m made per chunk from the super-block's float16 d and dmin and the chunk's 6-bit sc and mn (exactly, in
-// float32); q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16, summed as integers per super-block.
+enum Format : int64_t {
+  kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6, kQ6_K = 7, kQ5_K = 8
+};
+// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K, q5_K and q6_K (super-blocks
+// of 256) are read only repacked, each chunk of 32 as a block: q4_K's and q5_K's w = d sc q - dmin mn with q of 4
+// or 5 bits and a 6-bit sc and mn per chunk; q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16. Each
+// super-block is summed as integers and scaled once, as ggml's own dot products do.
 constexpr int64_t kFormats = 6;
-constexpr int64_t kRepackedFormats = 8;
-constexpr bool super_block(int64_t format) { return format == kQ4_K || format == kQ6_K; }
+constexpr int64_t kRepackedFormats = 9;
+constexpr bool super_block(int64_t format) { return format == kQ4_K || format == kQ5_K || format == kQ6_K; }
+// The super-block formats with a min per chunk (q4_K, q5_K): the same record of scales.
+constexpr bool chunk_mins(int64_t format) { return format == kQ4_K || format == kQ5_K; }
 
 constexpr int64_t block_bytes(int64_t format) {
   return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : format == kQ5_0 ? 22 : format == kQ5_1 ? 24 : 18;
 }
 // Blocks with an m (w = d u + m): its float16 follows d.
-constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || format == kQ4_K; }
+constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || chunk_mins(format); }
 // Blocks whose u are int8 (signed) rather than unsigned.
 constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL; }
 // The offset an unsigned u carries: w = d (u - offset) (+ m).
@@ -116,7 +120,7 @@ inline __m256i values_avx2(const uint8_t* blk) {
 // 4 and one of high-bit masks (q5_0, q5_1), or 8 of bytes (q8_0).
 template <int64_t Format>
 constexpr int quads_of() {
-  return Format == kQ8_0 ? 8 : Format == kQ6_K ? 6 : (Format == kQ5_0 || Format == kQ5_1 ? 5 : 4);
+  return Format == kQ8_0 ? 8 : Format == kQ6_K ? 6 : (Format == kQ5_0 || Format == kQ5_1 || Format == kQ5_K ? 5 : 4);
 }
 template <int64_t Format>
 constexpr int scales_of() { return has_min(Format) ? 2 : 1; }
@@ -150,7 +154,7 @@ inline void values_vnni(const uint8_t* wb, __m512i* w) {
     const __m512i table = iq4nl_unsigned_table();
     for (int i = 0; i < 8; ++i) w[i] = _mm512_shuffle_epi8(table, w[i]);
   }
-  if constexpr (Format == kQ5_0 || Format == kQ5_1 || Format == kQ6_K) {
+  if constexpr (Format == kQ5_0 || Format == kQ5_1 || Format == kQ5_K || Format == kQ6_K) {
     const __m512i sixteen = _mm512_set1_epi8(0x10);
     for (int i = 0; i < 8; ++i) {
       __mmask64 high;
@@ -193,6 +197,7 @@ template <typename F>
 inline void with_repacked_format(int64_t format, F&& f) {
   if (format == kQ4_K) return f(std::integral_constant<int64_t, kQ4_K>{});
   if (format == kQ6_K) return f(std::integral_constant<int64_t, kQ6_K>{});
+  if (format == kQ5_K) return f(std::integral_constant<int64_t, kQ5_K>{});
   with_format(format, std::forward<F>(f));
 }
 #endif

@@ -129,7 +129,7 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 }
 #endif
 
-// q4_K's and q6_K's x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
+// The K-quants' x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
 // d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block s = d_x sum(q_x) for the mins.
 template <typename T>
 void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
@@ -138,7 +138,8 @@ void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, in
 #if FRAME_GGML_VNNI
     // 16 lanes at a time, bitwise the plain loop (as quantize_row_avx512): it took ~15% of a lone row's q4_K call.
     __m512 top = _mm512_setzero_ps();
-    for (int64_t i = first; i < first + kSuper; i += 16) top = _mm512_max_ps(top, _mm512_abs_ps(load16_as_float(x + i)));
+    for (int64_t i = first; i < first + kSuper; i += 16)
+      top = _mm512_max_ps(top, _mm512_abs_ps(load16_as_float(x + i)));
     const float amax = _mm512_reduce_max_ps(top);
 #else
     float amax = 0.f;
@@ -350,13 +351,13 @@ inline __m512i broadcast_quad(const int8_t* p) {
 }
 
 // A group's scale record: one per block (float16 d, then m: scales_of values of 16 rows), or one per super-block
-// of 8 blocks: q4_K's per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the 16 rows'
-// float16 d, then dmin (160 values); q6_K's below (144).
+// of 8 blocks: q4_K's and q5_K's per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the
+// 16 rows' float16 d, then dmin (160 values); q6_K's below (144).
 template <int64_t Format>
 constexpr int64_t blocks_per_scale() { return super_block(Format) ? 8 : 1; }
 template <int64_t Format>
 constexpr int64_t scale_values() {
-  return Format == kQ4_K ? 160 : Format == kQ6_K ? 144 : scales_of<Format>() * kGroup;
+  return chunk_mins(Format) ? 160 : Format == kQ6_K ? 144 : scales_of<Format>() * kGroup;
 }
 
 // q6_K's record per super-block: 16 chunks of 16 inputs, each its 16 rows' int8 sc, then the rows' float16 d.
@@ -394,8 +395,9 @@ inline __m512 q6_scaled(__m512i whole, __m512 dx, const uint16_t* record, __m512
   return _mm512_fmadd_ps(dx, _mm512_mul_ps(d, _mm512_cvtepi32_ps(whole)), acc);
 }
 
-// q4_K's block b (its 16 rows' exact dot with x's block, x's block sum): sc dot into the super-block's integer S
-// and mn sum(q_x) into its M, as the file-layout kernel's portable path and llama.cpp sum them (each under 2^25).
+// q4_K's or q5_K's block b (its 16 rows' exact dot with x's block, x's block sum): sc dot into the super-block's
+// integer S and mn sum(q_x) into its M, as the file-layout kernel's portable path and llama.cpp sum them (under
+// 2^26 for q5_K).
 inline void q4k_block(__m512i dot, int32_t x_sum, const uint16_t* record, int64_t b, __m512i& whole, __m512i& mins) {
   const uint8_t* chunk = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
   const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
@@ -405,7 +407,7 @@ inline void q4k_block(__m512i dot, int32_t x_sum, const uint16_t* record, int64_
   mins = b % 8 == 0 ? mn_sum : _mm512_add_epi32(mins, mn_sum);
 }
 
-// acc + d_x (d S - dmin M) for a q4_K super-block, the portable path's float operations (so its bits).
+// acc + d_x (d S - dmin M) for a q4_K or q5_K super-block, the portable path's float operations (so its bits).
 inline __m512 q4k_scaled(__m512i whole, __m512i mins, __m512 dx, const uint16_t* record, __m512 acc) {
   const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
   const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 144)));
@@ -481,7 +483,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
         lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
       }
     }
-    if constexpr (Format == kQ4_K) {
+    if constexpr (chunk_mins(Format)) {
       for (int r = 0; r < R; ++r) {
         q4k_block(lo[r], sumx[r * nb + b], sb, b, whole[r], mins[r]);
         if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
@@ -557,7 +559,8 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
   // The rows before the first one asked for ahead, asked for at once: their misses overlap rather than each
   // waiting in turn at the start of a call (a set that follows another finds them there already).
   for (int64_t b = 0; b < std::min(rows_ahead, nb); ++b)
-    for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(qs + b * qstride + c), kSetHint);
+    for (int64_t c = 0; c < G * qbytes; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(qs + b * qstride + c), kSetHint);
   for (int64_t r = 0; r < std::min(records_ahead, nb / per_scale); ++r)
     for (int64_t c = 0; c < G * sbytes * 2; c += 64)
       _mm_prefetch(reinterpret_cast<const char*>(scales + r * sstride) + c, kSetHint);
@@ -567,7 +570,8 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* row = qs + b * qstride;
     const uint16_t* srow = scales + b / per_scale * sstride;
-    for (int64_t c = 0; c < G * qbytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(row + q_ahead + c), kSetHint);
+    for (int64_t c = 0; c < G * qbytes; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row + q_ahead + c), kSetHint);
     if (b % per_scale == 0)
       for (int64_t c = 0; c < G * sbytes * 2; c += 64)
         _mm_prefetch(reinterpret_cast<const char*>(srow + s_ahead) + c, kSetHint);
@@ -596,7 +600,7 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
-      if constexpr (Format == kQ4_K) {
+      if constexpr (chunk_mins(Format)) {
         q4k_block(dot, xq.sum[b], srow + g * sbytes, b, whole[g], mins[g]);
         if (b % 8 == 7) acc[g] = q4k_scaled(whole[g], mins[g], dx, srow + g * sbytes, acc[g]);
         continue;
@@ -865,17 +869,18 @@ struct Repacked {
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
   TORCH_CHECK(format >= 0 && format < kRepackedFormats,
-              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K or q6_K");
+              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K, q6_K or q5_K");
 #if !FRAME_GGML_VNNI
-  TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads q4_K and q6_K with AVX-512 VNNI and BW only");
+  TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads q4_K, q5_K and q6_K with AVX-512 VNNI and BW only");
 #endif
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
-  const int64_t quads = format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 ? 5 : 4);
+  const int64_t quads =
+      format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 || format == kQ5_K ? 5 : 4);
   // A group's scale records: per block 1 or 2 of 16 float16 (d, m), or per super-block of 8 blocks q4_K's 10 and
   // q6_K's 9.
   const bool super = super_block(format);
-  const int64_t nscales = format == kQ4_K ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
+  const int64_t nscales = chunk_mins(format) ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
   const int64_t per_scale = super ? 8 : 1;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
                   qs.size(3) == 16 && qs.size(4) == 4 && qs.size(1) % per_scale == 0,
