@@ -41,12 +41,20 @@ constexpr int64_t kRepackedFormats = 9;
 constexpr bool super_block(int64_t format) { return format == kQ4_K || format == kQ5_K || format == kQ6_K; }
 // The super-block formats with a min per chunk (q4_K, q5_K): the same record of scales.
 constexpr bool chunk_mins(int64_t format) { return format == kQ4_K || format == kQ5_K; }
+// The repacked layout's 64-byte chunks per group and block, and its rows of 16 float16 per group and scale record
+// (a block's d, and m; or a super-block's record: q4_K's and q5_K's sc, mn, d and dmin, q6_K's sc and d).
+constexpr int quads_for(int64_t format) {
+  return format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 || format == kQ5_K ? 5 : 4);
+}
 
 constexpr int64_t block_bytes(int64_t format) {
   return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : format == kQ5_0 ? 22 : format == kQ5_1 ? 24 : 18;
 }
 // Blocks with an m (w = d u + m): its float16 follows d.
 constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || chunk_mins(format); }
+constexpr int scale_rows_for(int64_t format) {
+  return chunk_mins(format) ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
+}
 // Blocks whose u are int8 (signed) rather than unsigned.
 constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL; }
 // The offset an unsigned u carries: w = d (u - offset) (+ m).
@@ -119,11 +127,7 @@ inline __m256i values_avx2(const uint8_t* blk) {
 // The repacked layout's chunks of 64 bytes per group of 16 rows and block: 4 of nibbles (q4_0, q4_1, iq4_nl), those
 // 4 and one of high-bit masks (q5_0, q5_1), or 8 of bytes (q8_0).
 template <int64_t Format>
-constexpr int quads_of() {
-  return Format == kQ8_0 ? 8 : Format == kQ6_K ? 6 : (Format == kQ5_0 || Format == kQ5_1 || Format == kQ5_K ? 5 : 4);
-}
-template <int64_t Format>
-constexpr int scales_of() { return has_min(Format) ? 2 : 1; }
+constexpr int quads_of() { return quads_for(Format); }
 // vpdpbusd's weight operand is unsigned: w = d (v - offset) (+ m) for the bytes v the repacked layout yields.
 template <int64_t Format>
 constexpr int32_t vnni_offset_of() { return signed_values(Format) ? 128 : offset_of(Format); }

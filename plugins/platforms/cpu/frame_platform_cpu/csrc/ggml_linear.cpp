@@ -137,7 +137,8 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 #endif
 
 // The K-quants' x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
-// d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block s = d_x sum(q_x) for the mins.
+// d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block the integer sum(q_x) for the
+// mins (and s = d_x sum(q_x), which the view holds for every format).
 template <typename T>
 void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
   constexpr int64_t kSuper = 256;
@@ -177,7 +178,7 @@ void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, in
 }
 
 // Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized for a weight of `format` into q [k],
-// d, s and sum [k / 32]: as llama.cpp's q8_1 for a format with a min, its q8_0 otherwise, and its q8_K for q4_K.
+// d, s and sum [k / 32]: as llama.cpp's q8_1 for a format with a min, its q8_0 otherwise, its q8_K for a K-quant.
 // `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++.
 void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool simd, int64_t format, int8_t* q,
                     float* d, float* s, int32_t* sum) {
@@ -359,15 +360,13 @@ inline __m512i broadcast_quad(const int8_t* p) {
 
 // A group's scale record: one per block (float16 d, then m: scales_of values of 16 rows), or one per super-block
 // of 8 blocks: q4_K's and q5_K's per block 16 sc bytes then 16 mn bytes (the 16 rows' 6-bit values), then the
-// 16 rows' float16 d, then dmin (160 values); q6_K's below (144).
+// 16 rows' float16 d, then dmin (160 values); q6_K's per chunk of 16 inputs its 16 rows' int8 sc, then the rows'
+// float16 d (144).
 template <int64_t Format>
 constexpr int64_t blocks_per_scale() { return super_block(Format) ? 8 : 1; }
 template <int64_t Format>
-constexpr int64_t scale_values() {
-  return chunk_mins(Format) ? 160 : Format == kQ6_K ? 144 : scales_of<Format>() * kGroup;
-}
+constexpr int64_t scale_values() { return scale_rows_for(Format) * kGroup; }
 
-// q6_K's record per super-block: 16 chunks of 16 inputs, each its 16 rows' int8 sc, then the rows' float16 d.
 // x's sums over inputs 0-15 and 16-31 of a block (its int8 values xb), for q6_K's offsets of 32.
 inline void x_sums16(const int8_t* xb, int32_t& low, int32_t& high) {
   const __m256i biased = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)),
@@ -423,7 +422,7 @@ inline __m512 q4k_scaled(__m512i whole, __m512i mins, __m512 dx, const uint16_t*
 }
 
 // Block b's 16 rows' d and m (acc += dot dx d + m sx) from its group's scale record `sb`, for the formats scaled
-// block by block (q4_K and q6_K are not: their super-blocks are summed as integers, q4k_block and q6_block).
+// block by block (the K-quants are not: their super-blocks are summed as integers, q4k_block and q6_block).
 template <int64_t Format>
 inline void block_scales(const uint16_t* sb, __m512& dw, __m512& mw) {
   dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
@@ -882,13 +881,8 @@ Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tens
 #endif
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
-  const int64_t quads =
-      format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 || format == kQ5_K ? 5 : 4);
-  // A group's scale records: per block 1 or 2 of 16 float16 (d, m), or per super-block of 8 blocks q4_K's 10 and
-  // q6_K's 9.
-  const bool super = super_block(format);
-  const int64_t nscales = chunk_mins(format) ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
-  const int64_t per_scale = super ? 8 : 1;
+  // A group's scale records: one per block, or per super-block of 8 blocks for the K-quants.
+  const int64_t quads = quads_for(format), nscales = scale_rows_for(format), per_scale = super_block(format) ? 8 : 1;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.is_contiguous() && qs.dim() == 5 && qs.size(2) == quads &&
                   qs.size(3) == 16 && qs.size(4) == 4 && qs.size(1) % per_scale == 0,
               "qs must be contiguous uint8 [groups, blocks, ", quads, ", 16, 4]");
