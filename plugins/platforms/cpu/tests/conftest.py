@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -24,3 +24,11 @@ def runs_every_way() -> Callable[..., None]:
             assert torch.equal(program.run(), expected), (*context, teams, bound)
 
     return check
+
+
+@pytest.fixture
+def torch_threads() -> Iterator[Callable[[int], None]]:
+    """``torch_threads(n)``: run the test's kernels on n threads; torch's own count comes back afterwards."""
+    previous = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(previous)

@@ -58,40 +58,32 @@ def test_repacked_super_blocks_are_the_dequantised_product(fmt: str, rows: int, 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_lone_rows_have_their_batchs_bits(fmt: str, threads: int) -> None:
+def test_lone_rows_have_their_batchs_bits(fmt: str, threads: int, torch_threads) -> None:
     # A lone row reads sets of four groups in step, a batch row tiles group by group: the same sums, bit for bit,
     # for every split of 1-10 groups over the threads.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for out_features in (*range(16, 161, 16), 97):
-            linear = quantized.ggml_linear(random_blocks(fmt, out_features, 512, seed=out_features), None)
-            x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9)).bfloat16()
-            together = linear(x)
-            for row in (0, 2, 4):
-                assert torch.equal(linear(x[row : row + 1]), together[row : row + 1]), out_features
-    finally:
-        torch.set_num_threads(previous)
+    torch_threads(threads)
+    for out_features in (*range(16, 161, 16), 97):
+        linear = quantized.ggml_linear(random_blocks(fmt, out_features, 512, seed=out_features), None)
+        x = torch.randn(5, 512, generator=torch.Generator().manual_seed(9)).bfloat16()
+        together = linear(x)
+        for row in (0, 2, 4):
+            assert torch.equal(linear(x[row : row + 1]), together[row : row + 1]), out_features
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_swiglu_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
+def test_swiglu_is_the_product_then_the_activation(fmt: str, threads: int, torch_threads) -> None:
     # SwiGLU's [gate | up] in a super-block format runs the activation in the product's epilogue for bfloat16 x:
     # the bits of the product followed by silu_and_mul. 80 and 16: gate and up groups that share a set of four.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for intermediate in (80, 160, 16):
-            weight = random_blocks(fmt, 2 * intermediate, 256, seed=intermediate)
-            layer = torch.nn.Linear(256, 2 * intermediate, bias=False)
-            fused = quantized.packed_layer_kernel(layer, weight, gated=True)
-            product = quantized.ggml_linear(weight, None)
-            x = torch.randn(6, 256, generator=torch.Generator().manual_seed(4)).bfloat16()
-            for rows in (x[:1], x[2:3], x):
-                assert torch.equal(fused(rows), torch.ops.frame_cpu.silu_and_mul(product(rows))), intermediate
-    finally:
-        torch.set_num_threads(previous)
+    torch_threads(threads)
+    for intermediate in (80, 160, 16):
+        weight = random_blocks(fmt, 2 * intermediate, 256, seed=intermediate)
+        layer = torch.nn.Linear(256, 2 * intermediate, bias=False)
+        fused = quantized.packed_layer_kernel(layer, weight, gated=True)
+        product = quantized.ggml_linear(weight, None)
+        x = torch.randn(6, 256, generator=torch.Generator().manual_seed(4)).bfloat16()
+        for rows in (x[:1], x[2:3], x):
+            assert torch.equal(fused(rows), torch.ops.frame_cpu.silu_and_mul(product(rows))), intermediate
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])

@@ -140,50 +140,42 @@ def test_repacked_sets_hold_their_groups_blocks_side_by_side(monkeypatch) -> Non
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_repacked_lone_row_takes_any_number_of_groups(fmt: str, threads: int) -> None:
+def test_repacked_lone_row_takes_any_number_of_groups(fmt: str, threads: int, torch_threads) -> None:
     # A thread's share of a lone row's groups runs four at a time and the last 1-3 together, each set asking ahead
     # for the next one's weight: every split of 1-10 groups (the last padded) gives the batched row's bits.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for out_features in (*range(16, 161, 16), 97):
-            weight = packed(fmt, out_features, 192, seed=out_features)
-            linear = quantized.ggml_linear(weight, None, vnni=True)
-            x = torch.randn(5, 192, generator=torch.Generator().manual_seed(9)).bfloat16()
-            together = linear(x)
-            assert torch.equal(linear(x[2:3]), together[2:3]), out_features
-    finally:
-        torch.set_num_threads(previous)
+    torch_threads(threads)
+    for out_features in (*range(16, 161, 16), 97):
+        weight = packed(fmt, out_features, 192, seed=out_features)
+        linear = quantized.ggml_linear(weight, None, vnni=True)
+        x = torch.randn(5, 192, generator=torch.Generator().manual_seed(9)).bfloat16()
+        together = linear(x)
+        assert torch.equal(linear(x[2:3]), together[2:3]), out_features
 
 
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q5_1"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_repacked_swiglu_is_the_product_then_the_activation(fmt: str, threads: int) -> None:
+def test_repacked_swiglu_is_the_product_then_the_activation(fmt: str, threads: int, torch_threads) -> None:
     # SwiGLU's [gate | up] projection runs the activation in the product's epilogue for bfloat16 x with AVX-512
     # (with AVX2 the product, then silu_and_mul): the same bits as the product followed by silu_and_mul, for a lone
     # row (gate and up groups in sets) and for row tiles.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for intermediate, with_bias in ((80, True), (160, False), (16, True)):
-            weight = packed(fmt, 2 * intermediate, 192, seed=intermediate)
-            bias = torch.randn(2 * intermediate, generator=torch.Generator().manual_seed(3)) if with_bias else None
-            layer = torch.nn.Linear(192, 2 * intermediate, bias=with_bias)
-            if bias is not None:
-                layer.bias.data = bias
-            fused = quantized.packed_layer_kernel(layer, weight, gated=True)
-            product = quantized.ggml_linear(weight, layer.bias)
-            x = torch.randn(6, 192, generator=torch.Generator().manual_seed(4)).bfloat16()
-            for rows in (x[:1], x[2:3], x):
-                expected = torch.ops.frame_cpu.silu_and_mul(product(rows))
-                out = fused(rows)
-                assert out.shape == (rows.shape[0], intermediate) and torch.equal(out, expected), intermediate
-            # float32 rows keep the product and torch's activation
-            gate, up = product(x.float()).chunk(2, dim=-1)
-            torch.testing.assert_close(fused(x.float()), torch.nn.functional.silu(gate) * up)
-    finally:
-        torch.set_num_threads(previous)
+    torch_threads(threads)
+    for intermediate, with_bias in ((80, True), (160, False), (16, True)):
+        weight = packed(fmt, 2 * intermediate, 192, seed=intermediate)
+        bias = torch.randn(2 * intermediate, generator=torch.Generator().manual_seed(3)) if with_bias else None
+        layer = torch.nn.Linear(192, 2 * intermediate, bias=with_bias)
+        if bias is not None:
+            layer.bias.data = bias
+        fused = quantized.packed_layer_kernel(layer, weight, gated=True)
+        product = quantized.ggml_linear(weight, layer.bias)
+        x = torch.randn(6, 192, generator=torch.Generator().manual_seed(4)).bfloat16()
+        for rows in (x[:1], x[2:3], x):
+            expected = torch.ops.frame_cpu.silu_and_mul(product(rows))
+            out = fused(rows)
+            assert out.shape == (rows.shape[0], intermediate) and torch.equal(out, expected), intermediate
+        # float32 rows keep the product and torch's activation
+        gate, up = product(x.float()).chunk(2, dim=-1)
+        torch.testing.assert_close(fused(x.float()), torch.nn.functional.silu(gate) * up)
 
 
 NATIVE = ["q5_0", "q5_1", "iq4_nl"]
