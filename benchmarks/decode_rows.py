@@ -56,19 +56,19 @@ def random_blocks(fmt: str, out_f: int, in_f: int, gen: torch.Generator) -> torc
 
 
 def shapes_of(name: str) -> list[tuple[int, int, int]]:
-    return KQUANT_SHAPES if name.startswith(("q4_k", "q5_k", "q6_k")) else SHAPES
+    return KQUANT_SHAPES if name.startswith(("q4_k", "q5_k", "q6_k", "q3_k", "q2_k")) else SHAPES
 
 
 def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]]:
-    """format -> (build one linear, weight bytes per value, x's dtype). q4_K, q5_K and q6_K (GB/s in the file's bytes):
-    as served ("q4_k": repacked where the CPU has AVX-512 VNNI) and on the file's own blocks ("q4_k file")."""
+    """format -> (build one linear, weight bytes per value, x's dtype). The K-quants (GB/s in the file's bytes): as
+    served ("q4_k": repacked where the CPU has AVX-512 VNNI) and on the file's own blocks ("q4_k file")."""
     out: dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]] = {}
     for fmt in GGML:
         code = quantized.GGML_FORMATS[fmt]
         out[fmt] = (lambda o, i, g, f=fmt, c=code: quantized._block_linear(random_blocks(f, o, i, g), c, None, None),
                     repack.BLOCK_BYTES[code] / 32, torch.bfloat16)
     seeds = iter(range(1 << 30))
-    for fmt, size in (("q4_k", 144), ("q5_k", 176), ("q6_k", 210)):
+    for fmt, size in (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q3_k", 110), ("q2_k", 84)):
         out[fmt] = (lambda o, i, g, f=fmt: quantized.ggml_linear(kquant_blocks(f, o, i, seed=next(seeds)), None),
                     size / 256, torch.bfloat16)
         out[f"{fmt} file"] = (lambda o, i, g, f=fmt: kquant.kquant_linear(kquant_blocks(f, o, i, seed=next(seeds)),

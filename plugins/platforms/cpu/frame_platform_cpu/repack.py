@@ -1,6 +1,6 @@
 """The repacked layout of ggml weights that ``csrc/ggml_linear.cpp``'s ``ggml_linear_repacked`` reads: output rows in
 groups of 16, one per vector lane, each block of 32 of a group as ``[quads][16 rows][4 bytes]`` (``repack_blocks``),
-q4_K's, q5_K's and q6_K's super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ...), and
+the K-quants' super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ...), and
 groups in sets of four whose blocks interleave, so that a one-row product reads a set as one stream
 (``_interleave_sets``). A large weight is repacked a slice of rows at a time (``repack_by_rows``)."""
 
@@ -13,7 +13,7 @@ GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl":
 #: Bytes of one block of 32 in each of them.
 BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 #: Super-block formats ``ggml_linear_repacked`` also reads (with AVX-512 VNNI), each chunk of 32 as a block.
-REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7, "q5_k": 8}
+REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7, "q5_k": 8, "q3_k": 9, "q2_k": 10}
 
 #: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
 #: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
@@ -40,11 +40,7 @@ def repack_q5_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _repack_k_with_mins(blocks: torch.Tensor, size: int, high_bits: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """q4_K (``high_bits`` False) or q5_K: d, dmin, 12 bytes of 6-bit sc and mn, q5_K's 32 bytes of high bits, then
     128 bytes of nibbles."""
-    rows = blocks.shape[0]
-    pad = -rows % 16
-    if pad:
-        blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
-    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, size)
+    groups, b = _super_blocks(blocks, size)
     padded, nsb = b.shape[0], b.shape[1]
     q = b[..., 4:16].int()  # ggml's get_scale_min_k4: eight 6-bit scales and mins in 12 bytes
     sc = torch.cat([q[..., 0:4] & 63, (q[..., 8:12] & 0xF) | ((q[..., 0:4] >> 6) << 4)], dim=-1)
@@ -74,11 +70,7 @@ def repack_q6_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     the rows' float16 d. Returns ``(qs uint8 [groups, in / 32, 6, 16, 4], scales float16 [groups, in / 256, 9,
     16])``, set by set. The values are ggml's ``dequantize_row_q6_K``: input v of a super-block is d sc_(v // 16)
     (u - 32), u from ql's nibble and qh's two bits."""
-    rows = blocks.shape[0]
-    pad = -rows % 16
-    if pad:
-        blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
-    groups, b = blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, 210)
+    groups, b = _super_blocks(blocks, 210)
     padded, nsb = b.shape[0], b.shape[1]
     ql, qh = b[..., :128].reshape(padded, nsb, 2, 2, 32), b[..., 128:192].reshape(padded, nsb, 2, 32)
     # Input 128 n + 32 k + l: ql's byte l (k even) or l + 32 (k odd) of half n, low nibble for k < 2; qh's bits 2k.
@@ -99,6 +91,75 @@ def repack_q6_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     record[..., :256] = sc.reshape(groups, nsb, 256)
     record[..., 256:] = b[..., 208:210].reshape(groups, 16, nsb, 2).permute(0, 2, 1, 3).reshape(groups, nsb, 32)
     return _interleave_sets(qs.contiguous()), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 9, 16))
+
+
+def repack_q3_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q3_K super-blocks ``[out, in / 256 * 110]`` in ``ggml_linear_repacked``'s layout (format 9): each chunk of 32 of
+    3-bit values u as two chunks of their low two bits, four to a byte (chunk c's bits 2p..2p+1 of row j's byte t:
+    input 4 (4c + p) + t), and a third of q5_0's masks of bit 2; per group and super-block q6_K's record of 144
+    float16 slots (per chunk of 16 inputs its 16 rows' int8 sc, then the rows' float16 d). Returns ``(qs uint8
+    [groups, in / 32, 3, 16, 4], scales float16 [groups, in / 256, 9, 16])``, set by set: 1.04x the file's bytes.
+    The values are ggml's ``dequantize_row_q3_K``: input v of a super-block is d sc_(v // 16) (u - 4), u the two
+    bits of qs and hmask's bit."""
+    groups, b = _super_blocks(blocks, 110)
+    padded, nsb = b.shape[0], b.shape[1]
+    # Input 128 n + 32 j + l: hmask byte l's bit 4 n + j.
+    hmask = b[..., :32].reshape(padded, nsb, 1, 1, 32).int()
+    high = (hmask >> (4 * torch.arange(2).reshape(1, 1, 2, 1, 1) + torch.arange(4).reshape(1, 1, 1, 4, 1))) & 1
+    qs = _crumbs(b[..., 32:96], groups, high.reshape(padded, nsb * 8, 32))
+    # ggml's 16 scales of 6 bits: chunk s's low four bits in byte s % 8 (high nibble for s >= 8), its high two in
+    # byte 8 + s % 4 at bits 2 (s // 4).
+    raw = b[..., 96:108].int()
+    s_index = torch.arange(16)
+    sc = (((raw[..., s_index % 8] >> (4 * (s_index // 8))) & 0xF)
+          | (((raw[..., 8 + s_index % 4] >> (2 * (s_index // 4))) & 3) << 4)) - 32  # [rows, nsb, chunk]
+    record = torch.empty(groups, nsb, 288, dtype=torch.uint8)
+    record[..., :256] = sc.to(torch.int8).view(torch.uint8).reshape(groups, 16, nsb, 16).permute(0, 2, 3, 1) \
+        .reshape(groups, nsb, 256)
+    record[..., 256:] = b[..., 108:110].reshape(groups, 16, nsb, 2).permute(0, 2, 1, 3).reshape(groups, nsb, 32)
+    return _interleave_sets(qs), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 9, 16))
+
+
+def repack_q2_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q2_K super-blocks ``[out, in / 256 * 84]`` in ``ggml_linear_repacked``'s layout (format 10): each chunk of 32
+    of 2-bit values u as ``repack_q3_k``'s two chunks of them, four to a byte; per group and super-block q4_K's record
+    of 160 float16 slots: per chunk of 16 inputs its 16 rows' byte of ggml's 4-bit sc (low nibble) and mn (high),
+    then the rows' float16 d and dmin. Returns ``(qs uint8 [groups, in / 32, 2, 16, 4], scales float16 [groups,
+    in / 256, 10, 16])``, set by set: the file's bytes. The values are ggml's ``dequantize_row_q2_K``: input v of a
+    super-block is d sc_(v // 16) u - dmin mn_(v // 16)."""
+    groups, b = _super_blocks(blocks, 84)
+    nsb = b.shape[1]
+    qs, record = _crumbs(b[..., 16:80], groups), torch.empty(groups, nsb, 320, dtype=torch.uint8)
+    record[..., :256] = b[..., :16].reshape(groups, 16, nsb, 16).permute(0, 2, 3, 1).reshape(groups, nsb, 256)
+    halves = b[..., 80:84].reshape(groups, 16, nsb, 2, 2).permute(0, 2, 3, 1, 4)  # [groups, nsb, d / dmin, row, 2]
+    record[..., 256:] = halves.reshape(groups, nsb, 64)
+    return _interleave_sets(qs), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 10, 16))
+
+
+def _super_blocks(blocks: torch.Tensor, size: int) -> tuple[int, torch.Tensor]:
+    """``blocks`` ``[rows, nsb * size]`` padded with zero rows to whole groups of 16: ``(groups, [rows, nsb, size])``"""
+    pad = -blocks.shape[0] % 16
+    if pad:
+        blocks = torch.cat([blocks, blocks.new_zeros(pad, blocks.shape[1])])
+    return blocks.shape[0] // 16, blocks.reshape(blocks.shape[0], -1, size)
+
+
+def _crumbs(qs_bytes: torch.Tensor, groups: int, high: torch.Tensor | None = None) -> torch.Tensor:
+    """ggml's 64 bytes of 2-bit values per super-block ``[rows, nsb, 64]`` (input 128 n + 32 j + l: bits 2j..2j+1 of
+    byte 32 n + l) as the repacked chunks ``[groups, nsb * 8, 2 (+ 1), 16, 4]``: chunk c's byte t of row j holds
+    inputs 4 (4c + p) + t at bits 2p; with ``high`` (q3_K's bit 2 of each input, ``[rows, nsb * 8, 32]``) a third
+    chunk of q5_0's masks of it."""
+    padded, nsb = qs_bytes.shape[0], qs_bytes.shape[1]
+    j = torch.arange(4).reshape(1, 1, 1, 4, 1)
+    u = ((qs_bytes.reshape(padded, nsb, 2, 1, 32).int() >> (2 * j)) & 3).reshape(padded, nsb * 8, 2, 4, 4)
+    packed = (u << (2 * torch.arange(4).reshape(1, 1, 1, 4, 1))).sum(3)  # [rows, block, c, t]
+    out = torch.empty(groups, nsb * 8, 2 if high is None else 3, 16, 4, dtype=torch.uint8)
+    out[:, :, :2] = packed.reshape(groups, 16, nsb * 8, 2, 4).permute(0, 2, 3, 1, 4).to(torch.uint8)
+    if high is not None:
+        bits = high.long().reshape(groups, 16, nsb * 8, 8, 4)  # [group, row j, block, mask i, t]
+        masks = (bits.permute(0, 2, 3, 1, 4).reshape(groups, nsb * 8, 8, 64) << torch.arange(64)).sum(-1)
+        out[:, :, 2] = masks.contiguous().view(torch.uint8).reshape(groups, nsb * 8, 16, 4)
+    return out
 
 
 def repack_blocks(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +222,8 @@ def repack_by_rows(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.
     """``repack_blocks`` (``repack_q4_k``, ``repack_q6_k`` for the super-block formats) of ``blocks``, _REPACK_ROWS
     rows at a time into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole
     groups, so the slices' bytes laid end to end are the whole weight's."""
-    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k}.get(fmt, lambda b: repack_blocks(b, fmt))
+    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k, 9: repack_q3_k, 10: repack_q2_k}
+    repack = repack.get(fmt, lambda b: repack_blocks(b, fmt))
     rows = blocks.shape[0]
     if rows <= _REPACK_ROWS:
         return repack(blocks)

@@ -115,7 +115,7 @@ def test_bfloat16_rows_come_back_bfloat16(path: dict) -> None:
 
 def test_the_weight_is_read_in_place() -> None:
     # The kernel keeps the file's blocks (a memory-mapped tensor in a real load), not a copy: changing them
-    # changes the product. (q4_K, q5_K and q6_K are read repacked where the CPU has AVX-512 VNNI: test_kquant_repacked.)
+    # changes the product. (The other K-quants are read repacked where the CPU has AVX-512 VNNI: test_kquant_repacked.)
     weight = random_blocks("iq4_xs", 16, 256)
     kernel = quantized.ggml_linear(weight, None)
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1))

@@ -1,8 +1,9 @@
-"""q4_K, q5_K and q6_K read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a super-block as a block of the
-ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each; ``repack_q6_k``: 6-bit values as
-nibbles and two bit planes), x quantized per super-block as llama.cpp's q8_K, each super-block summed as the file-
-layout kernel's portable path sums it (the same integers, the same float operations), so with its bits. That kernel
-(``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
+"""The K-quants (q4_K, q5_K, q6_K, q3_K, q2_K) read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a
+super-block as a block of the ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each;
+``repack_q6_k``: 6-bit values as nibbles and two bit planes; ``repack_q3_k``: two bits four to a byte and a plane of
+the third; ``repack_q2_k``: the two bits so, ggml's sc and mn nibbles a byte), x quantized per super-block as
+llama.cpp's q8_K, each super-block summed as the file-layout kernel's portable path sums it (the same integers, the
+same float operations), so with its bits. That kernel (``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
 
 from __future__ import annotations
 
@@ -127,6 +128,17 @@ def test_the_q4_k_record_holds_each_chunks_scales_and_the_halves() -> None:
     torch.testing.assert_close(rebuilt.reshape(16, 256), dense, rtol=0, atol=0)
 
 
+def assert_offset_rebuild(u: torch.Tensor, scales: torch.Tensor, weight: GGMLWeight, offset: int) -> None:
+    """One group's values u ``[block, row, input]`` and q6_K's record (per chunk of 16 its rows' int8 sc, then the
+    rows' float16 d) rebuild the dequantised weight exactly: d sc_(v // 16) (u - offset)."""
+    record = scales.reshape(-1).view(torch.uint8)
+    sc = record[:256].view(torch.int8).reshape(16, 16).T.double()  # [row, chunk of 16]
+    d = record[256:288].view(torch.float16).double().reshape(16, 1)
+    values = u.permute(1, 0, 2).reshape(16, 256).double()  # [row, input]
+    rebuilt = d * sc.repeat_interleave(16, dim=1) * (values - offset)
+    torch.testing.assert_close(rebuilt, weight.dequantize().double(), rtol=0, atol=0)
+
+
 def test_q6_k_repacked_values_and_record_give_back_the_dequantised_weight() -> None:
     # One group, one super-block: the nibbles of chunk c, bit planes 4 and 5 and the record's sc and d rebuild gguf's
     # dequantisation exactly: d sc_(v // 16) (u - 32).
@@ -140,11 +152,36 @@ def test_q6_k_repacked_values_and_record_give_back_the_dequantised_weight() -> N
         bits = (masks.unsqueeze(-1) >> torch.arange(64)) & 1  # [block, i, 4j + t]
         bits = bits.reshape(8, 8, 16, 4).permute(0, 2, 1, 3).reshape(8, 16, 32)  # [block, row, input 4i + t]
         u = u | (bits << plane)
+    assert_offset_rebuild(u, scales, weight, 32)
+
+
+def test_q3_k_repacked_values_and_record_give_back_the_dequantised_weight() -> None:
+    # One group, one super-block: chunk c's bits 2p of byte t (input 4 (4c + p) + t), the third chunk's masks of bit 2
+    # and the record's sc and d rebuild gguf's dequantisation exactly: d sc_(v // 16) (u - 4).
+    weight = random_blocks("q3_k", 16, 256, seed=7)
+    qs, scales = repack.repack_q3_k(weight.tensors["blocks"])
+    chunks = qs.reshape(8, 3, 16, 4).long()  # [block, chunk, row, byte t]
+    crumbs = torch.stack([(chunks[:, :2] >> (2 * p)) & 3 for p in range(4)], dim=2)  # [block, c, p, row, t]
+    u = crumbs.permute(0, 3, 1, 2, 4).reshape(8, 16, 32)  # [block, row, input 16c + 4p + t]
+    masks = chunks[:, 2].to(torch.uint8).reshape(8, 8, 8).view(torch.int64)[..., 0]  # [block, mask i]: bit 4j + t
+    bits = (masks.unsqueeze(-1) >> torch.arange(64)) & 1
+    u = u | (bits.reshape(8, 8, 16, 4).permute(0, 2, 1, 3).reshape(8, 16, 32) << 2)
+    assert_offset_rebuild(u, scales, weight, 4)
+
+
+def test_q2_k_repacked_values_and_record_give_back_the_dequantised_weight() -> None:
+    # One group, one super-block: the two chunks of 2-bit values and the record's sc / mn nibbles, d and dmin rebuild
+    # gguf's dequantisation exactly: d sc_(v // 16) u - dmin mn_(v // 16).
+    weight = random_blocks("q2_k", 16, 256, seed=8)
+    qs, scales = repack.repack_q2_k(weight.tensors["blocks"])
+    chunks = qs.reshape(8, 2, 16, 4).long()  # [block, chunk, row, byte t]
+    crumbs = torch.stack([(chunks >> (2 * p)) & 3 for p in range(4)], dim=2)  # [block, c, p, row, t]
+    values = crumbs.permute(3, 0, 1, 2, 4).reshape(16, 256).double()  # [row, input 32 block + 16c + 4p + t]
     record = scales.reshape(-1).view(torch.uint8)
-    sc = record[:256].view(torch.int8).reshape(16, 16).T.double()  # [row, chunk of 16]
-    d = record[256:288].view(torch.float16).double().reshape(16, 1)
-    values = u.permute(1, 0, 2).reshape(16, 256).double()  # [row, input]
-    rebuilt = d * sc.repeat_interleave(16, dim=1) * (values - 32)
+    packed = record[:256].reshape(16, 16).T.long()  # [row, chunk of 16]
+    d, dmin = record[256:320].view(torch.float16).double().reshape(2, 16, 1)
+    sc, mn = (packed & 0xF).double().repeat_interleave(16, dim=1), (packed >> 4).double().repeat_interleave(16, dim=1)
+    rebuilt = d * sc * values - dmin * mn
     torch.testing.assert_close(rebuilt, weight.dequantize().double(), rtol=0, atol=0)
 
 

@@ -30,21 +30,32 @@
 namespace ggml_blocks {
 
 enum Format : int64_t {
-  kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5, kQ4_K = 6, kQ6_K = 7, kQ5_K = 8
+  kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5,
+  kQ4_K = 6, kQ6_K = 7, kQ5_K = 8, kQ3_K = 9, kQ2_K = 10
 };
-// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). q4_K, q5_K and q6_K (super-blocks
-// of 256) are read only repacked, each chunk of 32 as a block: q4_K's and q5_K's w = d sc q - dmin mn with q of 4
-// or 5 bits and a 6-bit sc and mn per chunk; q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16. Each
-// super-block is summed as integers and scaled once, as ggml's own dot products do.
+// Formats of ggml's own blocks (ggml_linear reads them as the file stores them). The K-quants (super-blocks of
+// 256) are read only repacked, each chunk of 32 as a block: q4_K's and q5_K's w = d sc q - dmin mn with q of 4 or 5
+// bits and a 6-bit sc and mn per chunk; q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16, q3_K's
+// w = d sc (q - 4) with q of 3 bits and sc so; q2_K's w = d sc q - dmin mn with q of 2 bits and a 4-bit sc and mn
+// per 16. Each super-block is summed as integers and scaled once, as ggml's own dot products do.
 constexpr int64_t kFormats = 6;
-constexpr int64_t kRepackedFormats = 9;
-constexpr bool super_block(int64_t format) { return format == kQ4_K || format == kQ5_K || format == kQ6_K; }
+constexpr int64_t kRepackedFormats = 11;
+constexpr bool super_block(int64_t format) {
+  return format == kQ4_K || format == kQ5_K || format == kQ6_K || format == kQ3_K || format == kQ2_K;
+}
 // The super-block formats with a min per chunk (q4_K, q5_K): the same record of scales.
 constexpr bool chunk_mins(int64_t format) { return format == kQ4_K || format == kQ5_K; }
+// The super-block formats with an int8 scale per 16 inputs and an offset instead of a min (q6_K: u - 32, q3_K:
+// u - 4): the same record of scales, and the same sums.
+constexpr bool scales_per_16(int64_t format) { return format == kQ6_K || format == kQ3_K; }
+constexpr int32_t offset_per_16(int64_t format) { return format == kQ6_K ? 32 : format == kQ3_K ? 4 : 0; }
+// The super-block formats whose sums take x's sums per 16 inputs (the offsets above, q2_K's mins per 16).
+constexpr bool sums_per_16(int64_t format) { return scales_per_16(format) || format == kQ2_K; }
 // The repacked layout's 64-byte chunks per group and block, and its rows of 16 float16 per group and scale record
-// (a block's d, and m; or a super-block's record: q4_K's and q5_K's sc, mn, d and dmin, q6_K's sc and d).
+// (a block's d, and m; or a super-block's record: q4_K's and q5_K's sc, mn, d and dmin, q6_K's and q3_K's sc and d).
 constexpr int quads_for(int64_t format) {
-  return format == kQ8_0 ? 8 : format == kQ6_K ? 6 : (format == kQ5_0 || format == kQ5_1 || format == kQ5_K ? 5 : 4);
+  return format == kQ8_0 ? 8 : format == kQ6_K ? 6 : format == kQ3_K ? 3 : format == kQ2_K ? 2
+       : (format == kQ5_0 || format == kQ5_1 || format == kQ5_K ? 5 : 4);
 }
 
 constexpr int64_t block_bytes(int64_t format) {
@@ -53,7 +64,7 @@ constexpr int64_t block_bytes(int64_t format) {
 // Blocks with an m (w = d u + m): its float16 follows d.
 constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || chunk_mins(format); }
 constexpr int scale_rows_for(int64_t format) {
-  return chunk_mins(format) ? 10 : format == kQ6_K ? 9 : has_min(format) ? 2 : 1;
+  return chunk_mins(format) || format == kQ2_K ? 10 : scales_per_16(format) ? 9 : has_min(format) ? 2 : 1;
 }
 // Blocks whose u are int8 (signed) rather than unsigned.
 constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL; }
@@ -141,11 +152,27 @@ inline __m512i iq4nl_unsigned_table() {
 
 // w[i]: the 16 rows' unsigned values of inputs 4i..4i+3 (lane j, byte t: row j's input 4i + t), from one group's
 // block in the repacked layout. The q5 formats' fifth chunk holds 8 masks of 64 bits, mask i's bit 4j + t set
-// where row j's input 4i + t has its high bit; q6_K's fifth and sixth chunks its values' bits 4 and 5 so.
+// where row j's input 4i + t has its high bit; q6_K's fifth and sixth chunks its values' bits 4 and 5 so. q3_K's
+// first two chunks hold its values' two low bits, four to a byte (chunk c's bits 2p..2p+1 are w[4c + p]'s), and its
+// third chunk the masks of bit 2; q2_K's two chunks its values so.
 template <int64_t Format>
 inline void values_vnni(const uint8_t* wb, __m512i* w) {
   if constexpr (Format == kQ8_0) {
     for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(wb + 64 * i);
+    return;
+  }
+  if constexpr (Format == kQ3_K || Format == kQ2_K) {
+    const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    for (int c = 0; c < 2; ++c) {
+      const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
+      w[4 * c] = _mm512_and_si512(packed, three);
+      for (int p = 1; p < 4; ++p) w[4 * c + p] = _mm512_and_si512(_mm512_srli_epi16(packed, 2 * p), three);
+    }
+    for (int i = 0; Format == kQ3_K && i < 8; ++i) {
+      __mmask64 high;
+      std::memcpy(&high, wb + 128 + 8 * i, sizeof high);
+      w[i] = _mm512_mask_add_epi8(w[i], high, w[i], four);
+    }
     return;
   }
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -202,6 +229,8 @@ inline void with_repacked_format(int64_t format, F&& f) {
   if (format == kQ4_K) return f(std::integral_constant<int64_t, kQ4_K>{});
   if (format == kQ6_K) return f(std::integral_constant<int64_t, kQ6_K>{});
   if (format == kQ5_K) return f(std::integral_constant<int64_t, kQ5_K>{});
+  if (format == kQ3_K) return f(std::integral_constant<int64_t, kQ3_K>{});
+  if (format == kQ2_K) return f(std::integral_constant<int64_t, kQ2_K>{});
   with_format(format, std::forward<F>(f));
 }
 #endif

@@ -26,11 +26,11 @@
 // blocks 8 rows a ymm (ggml_repacked_avx2.h): the `Repacked` product runs either. Groups come in sets of four whose
 // blocks interleave, so a one-row product reads a set as one stream (RepackedSets).
 //
-// With AVX-512 VNNI the layout also holds q4_K, q5_K and q6_K (repack.repack_q4_k, ...): each chunk of 32 of a
-// super-block a block, x rounded per 256 as llama.cpp's q8_K, and each super-block summed as the same integers and
-// scaled with the same float operations as kquant_linear.cpp's portable path, so with its bits. On the file's
-// super-blocks a lone row was compute-bound (26-30 GB/s in L2 on a Zen 5 core); here it reads at 75-95% of the
-// read floor, and a prefill runs 1.8-3.3x as fast.
+// With AVX-512 VNNI the layout also holds q4_K, q5_K, q6_K, q3_K and q2_K (repack.repack_q4_k, ...): each chunk
+// of 32 of a super-block a block, x rounded per 256 as llama.cpp's q8_K, and each super-block summed as the same
+// integers and scaled with the same float operations as kquant_linear.cpp's portable path, so with its bits. On the
+// file's super-blocks a lone row was compute-bound (26-30 GB/s in L2 on a Zen 5 core, q3_K 16); here it reads at
+// 75-95% of the read floor, and a prefill runs 1.7-3.3x as fast.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -379,10 +379,12 @@ inline void x_sums16(const int8_t* xb, int32_t& low, int32_t& high) {
 // q6_K's block b against one row of x (its broadcast quads xq4 and 16-input sums): the 16 rows' sc_lo (u - 32) . x
 // over inputs 0-15 plus sc_hi (u - 32) . x over 16-31, exact integers (each term at most 16 x 63 x 127 x 128, a
 // super-block's eight blocks under 2^31): the super-block stays one integer until d and d_x scale it, as in
-// llama.cpp's dot product and the file-layout kernel.
+// llama.cpp's dot product and the file-layout kernel. q3_K's so, with u - 4.
+template <int64_t Format>
 inline __m512i q6_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int32_t x_high, const uint16_t* record,
                         int64_t b) {
-  __m512i low = _mm512_set1_epi32(-32 * x_low), high = _mm512_set1_epi32(-32 * x_high);
+  constexpr int32_t offset = offset_per_16(Format);
+  __m512i low = _mm512_set1_epi32(-offset * x_low), high = _mm512_set1_epi32(-offset * x_high);
   for (int i = 0; i < 4; ++i) {
     low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
     high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
@@ -413,7 +415,30 @@ inline void q4k_block(__m512i dot, int32_t x_sum, const uint16_t* record, int64_
   mins = b % 8 == 0 ? mn_sum : _mm512_add_epi32(mins, mn_sum);
 }
 
-// acc + d_x (d S - dmin M) for a q4_K or q5_K super-block, the portable path's float operations (so its bits).
+// q2_K's block b against one row of x (its broadcast quads xq4 and 16-input sums): the 16 rows' sc_lo u . x over
+// inputs 0-15 plus sc_hi u . x over 16-31 into the super-block's integer S, mn_lo sum(q_x) + mn_hi ... into its M,
+// sc and mn the low and high nibbles of the record's byte per row and chunk of 16, as ggml stores them.
+inline void q2k_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int32_t x_high, const uint16_t* record,
+                      int64_t b, __m512i& whole, __m512i& mins) {
+  __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
+    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
+  }
+  const uint8_t* chunk = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
+  const __m512i packed_low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
+  const __m512i packed_high = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16)));
+  const __m512i nibble = _mm512_set1_epi32(0xF);
+  const __m512i sc_low = _mm512_and_si512(packed_low, nibble), sc_high = _mm512_and_si512(packed_high, nibble);
+  const __m512i mn_low = _mm512_srli_epi32(packed_low, 4), mn_high = _mm512_srli_epi32(packed_high, 4);
+  const __m512i sc_dot = _mm512_add_epi32(_mm512_mullo_epi32(low, sc_low), _mm512_mullo_epi32(high, sc_high));
+  const __m512i mn_sum = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_set1_epi32(x_low), mn_low),
+                                          _mm512_mullo_epi32(_mm512_set1_epi32(x_high), mn_high));
+  whole = b % 8 == 0 ? sc_dot : _mm512_add_epi32(whole, sc_dot);
+  mins = b % 8 == 0 ? mn_sum : _mm512_add_epi32(mins, mn_sum);
+}
+
+// acc + d_x (d S - dmin M) for a q4_K, q5_K or q2_K super-block, the portable path's float operations (so its bits).
 inline __m512 q4k_scaled(__m512i whole, __m512i mins, __m512 dx, const uint16_t* record, __m512 acc) {
   const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
   const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 144)));
@@ -459,7 +484,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
                      _MM_HINT_T0);
     __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
     values_vnni<Format>(wb, w);
-    if constexpr (Format == kQ6_K) {  // each row's super-block summed as one integer, then scaled once
+    if constexpr (sums_per_16(Format)) {  // each row's super-block summed as integers, then scaled once
       for (int r = 0; r < R; ++r) {
         const int8_t* xb = qx + r * k + b * kBlock;
         __m512i xq4[8];
@@ -469,9 +494,14 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
         }
         int32_t x_low, x_high;
         x_sums16(xb, x_low, x_high);
-        whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
-                                    q6_block(w, xq4, x_low, x_high, sb, b));
-        if (b % 8 == 7) acc[r] = q6_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
+        if constexpr (Format == kQ2_K) {
+          q2k_block(w, xq4, x_low, x_high, sb, b, whole[r], mins[r]);
+          if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
+        } else {
+          whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
+                                      q6_block<Format>(w, xq4, x_low, x_high, sb, b));
+          if (b % 8 == 7) acc[r] = q6_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
+        }
       }
       continue;
     }
@@ -590,16 +620,21 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     const __m512 dx = _mm512_set1_ps(xq.d[b]);
     const __m512 sx = _mm512_set1_ps(xq.s[b]);
     const __m512i start = offset ? _mm512_set1_epi32(-offset * xq.sum[b]) : _mm512_setzero_si512();
-    if constexpr (Format == kQ6_K) {  // each group's super-block summed as one integer, then scaled once
+    if constexpr (sums_per_16(Format)) {  // each group's super-block summed as integers, then scaled once
       int32_t x_low, x_high;
       x_sums16(xb, x_low, x_high);
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
         __m512i w[8];
         values_vnni<Format>(row + g * qbytes, w);
-        whole[g] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[g],
-                                    q6_block(w, xq4, x_low, x_high, srow + g * sbytes, b));
-        if (b % 8 == 7) acc[g] = q6_scaled(whole[g], dx, srow + g * sbytes, acc[g]);
+        if constexpr (Format == kQ2_K) {
+          q2k_block(w, xq4, x_low, x_high, srow + g * sbytes, b, whole[g], mins[g]);
+          if (b % 8 == 7) acc[g] = q4k_scaled(whole[g], mins[g], dx, srow + g * sbytes, acc[g]);
+        } else {
+          whole[g] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[g],
+                                      q6_block<Format>(w, xq4, x_low, x_high, srow + g * sbytes, b));
+          if (b % 8 == 7) acc[g] = q6_scaled(whole[g], dx, srow + g * sbytes, acc[g]);
+        }
       }
       continue;
     }
@@ -875,9 +910,9 @@ struct Repacked {
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
   TORCH_CHECK(format >= 0 && format < kRepackedFormats,
-              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K, q6_K or q5_K");
+              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K, q6_K, q5_K, q3_K or q2_K");
 #if !FRAME_GGML_VNNI
-  TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads q4_K, q5_K and q6_K with AVX-512 VNNI and BW only");
+  TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads the K-quants with AVX-512 VNNI and BW only");
 #endif
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "ggml_linear_repacked takes float32 or bfloat16 x of shape [rows, in_features]");
