@@ -56,7 +56,7 @@ def random_blocks(fmt: str, out_f: int, in_f: int, gen: torch.Generator) -> torc
 
 
 def shapes_of(name: str) -> list[tuple[int, int, int]]:
-    return KQUANT_SHAPES if name.startswith(("q4_k", "q5_k", "q6_k", "q3_k", "q2_k")) else SHAPES
+    return KQUANT_SHAPES if name.startswith(("q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs")) else SHAPES
 
 
 def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear], float, torch.dtype]]:
@@ -68,7 +68,7 @@ def builders() -> dict[str, tuple[Callable[[int, int, torch.Generator], Linear],
         out[fmt] = (lambda o, i, g, f=fmt, c=code: quantized._block_linear(random_blocks(f, o, i, g), c, None, None),
                     repack.BLOCK_BYTES[code] / 32, torch.bfloat16)
     seeds = iter(range(1 << 30))
-    for fmt, size in (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q3_k", 110), ("q2_k", 84)):
+    for fmt, size in (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q3_k", 110), ("q2_k", 84), ("iq4_xs", 136)):
         out[fmt] = (lambda o, i, g, f=fmt: quantized.ggml_linear(kquant_blocks(f, o, i, seed=next(seeds)), None),
                     size / 256, torch.bfloat16)
         out[f"{fmt} file"] = (lambda o, i, g, f=fmt: kquant.kquant_linear(kquant_blocks(f, o, i, seed=next(seeds)),

@@ -6,8 +6,8 @@ platform, the blocks are copied as they are onto huge pages (``huge_pages.py``) 
 otherwise they are the file's memory-mapped bytes, read in place. Three paths: AVX-512 BW + VNNI (``vpdpwssd``
 on 512-bit vectors), AVX2, and the same integer arithmetic in plain C++; each sums every super-block's products
 exactly as integers, so against gguf's dequantised weight the only error is x's rounding to int8 and float32 sums.
-Where the CPU has AVX-512 VNNI, ``quantized.ggml_linear`` reads q4_K, q5_K, q6_K, q3_K and q2_K repacked instead
-(``repack.py``: with the portable path's bits, and 1.7-3.3x faster); this module serves iq4_xs there.
+Where the CPU has AVX-512 VNNI, ``quantized.ggml_linear`` reads every one of them repacked instead (``repack.py``:
+with the portable path's bits, and 1.4-3.3x faster); this module serves the AVX2 and portable paths.
 """
 
 from __future__ import annotations

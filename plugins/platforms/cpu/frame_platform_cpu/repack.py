@@ -1,6 +1,6 @@
 """The repacked layout of ggml weights that ``csrc/ggml_linear.cpp``'s ``ggml_linear_repacked`` reads: output rows in
 groups of 16, one per vector lane, each block of 32 of a group as ``[quads][16 rows][4 bytes]`` (``repack_blocks``),
-the K-quants' super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ...), and
+the K-quants' and iq4_xs's super-blocks as 8 such blocks and one record of scales (``repack_q4_k``, ...), and
 groups in sets of four whose blocks interleave, so that a one-row product reads a set as one stream
 (``_interleave_sets``). A large weight is repacked a slice of rows at a time (``repack_by_rows``)."""
 
@@ -13,7 +13,7 @@ GGML_FORMATS = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "iq4_nl":
 #: Bytes of one block of 32 in each of them.
 BLOCK_BYTES = {0: 18, 1: 20, 2: 34, 3: 22, 4: 24, 5: 18}
 #: Super-block formats ``ggml_linear_repacked`` also reads (with AVX-512 VNNI), each chunk of 32 as a block.
-REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7, "q5_k": 8, "q3_k": 9, "q2_k": 10}
+REPACKED_KQUANTS = {"q4_k": 6, "q6_k": 7, "q5_k": 8, "q3_k": 9, "q2_k": 10, "iq4_xs": 11}
 
 #: Groups of 16 output rows whose blocks the repacked layout interleaves, so that a one-row product reads them
 #: in step as one stream (``csrc/ggml_linear.cpp``'s kSetGroups).
@@ -136,6 +136,31 @@ def repack_q2_k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _interleave_sets(qs), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 10, 16))
 
 
+def repack_iq4_xs(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """iq4_xs super-blocks ``[out, in / 256 * 136]`` in ``ggml_linear_repacked``'s layout (format 11): each chunk of 32
+    as iq4_nl's repacked nibbles (byte i: value i low, value i + 16 high, as the file has them); per group and
+    super-block one record of 80 float16 slots: per chunk its 16 rows' int8 sc (the 6-bit scale - 32), then the rows'
+    float16 d. Returns ``(qs uint8 [groups, in / 32, 4, 16, 4], scales float16 [groups, in / 256, 5, 16])``, set by
+    set: 1.04x the file's bytes. The values are ggml's ``dequantize_row_iq4_xs``: chunk c of a super-block is
+    d sc_c kvalues_iq4nl[nibble]."""
+    groups, b = _super_blocks(blocks, 136)
+    padded, nsb = b.shape[0], b.shape[1]
+    block = torch.zeros(padded, nsb * 8, 18, dtype=torch.uint8)  # as iq4_nl blocks, d left 0 (the record has it)
+    block[..., 2:] = b[..., 8:].reshape(padded, nsb * 8, 16)
+    qs, _ = _group_major(block.reshape(padded, -1), GGML_FORMATS["iq4_nl"])
+    # ggml's eight 6-bit scales: chunk c's low four bits the nibble c % 2 of byte 4 + c // 2, its high two bits 2c
+    # of the uint16 at byte 2.
+    chunk = torch.arange(8)
+    high = b[..., 2].int() | (b[..., 3].int() << 8)
+    low = (b[..., 4 + chunk // 2].int() >> (4 * (chunk % 2))) & 0xF
+    sc = (low | (((high.unsqueeze(-1) >> (2 * chunk)) & 3) << 4)) - 32  # [rows, nsb, chunk]
+    record = torch.empty(groups, nsb, 160, dtype=torch.uint8)
+    record[..., :128] = sc.to(torch.int8).view(torch.uint8).reshape(groups, 16, nsb, 8).permute(0, 2, 3, 1) \
+        .reshape(groups, nsb, 128)
+    record[..., 128:] = b[..., :2].reshape(groups, 16, nsb, 2).permute(0, 2, 1, 3).reshape(groups, nsb, 32)
+    return _interleave_sets(qs), _interleave_sets(record.view(torch.float16).reshape(groups, nsb, 5, 16))
+
+
 def _super_blocks(blocks: torch.Tensor, size: int) -> tuple[int, torch.Tensor]:
     """``blocks`` ``[rows, nsb * size]`` padded with zero rows to whole groups of 16: ``(groups, [rows, nsb, size])``"""
     pad = -blocks.shape[0] % 16
@@ -222,7 +247,7 @@ def repack_by_rows(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.
     """``repack_blocks`` (``repack_q4_k``, ``repack_q6_k`` for the super-block formats) of ``blocks``, _REPACK_ROWS
     rows at a time into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole
     groups, so the slices' bytes laid end to end are the whole weight's."""
-    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k, 9: repack_q3_k, 10: repack_q2_k}
+    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k, 9: repack_q3_k, 10: repack_q2_k, 11: repack_iq4_xs}
     repack = repack.get(fmt, lambda b: repack_blocks(b, fmt))
     rows = blocks.shape[0]
     if rows <= _REPACK_ROWS:

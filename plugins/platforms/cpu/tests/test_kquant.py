@@ -115,9 +115,10 @@ def test_bfloat16_rows_come_back_bfloat16(path: dict) -> None:
 
 def test_the_weight_is_read_in_place() -> None:
     # The kernel keeps the file's blocks (a memory-mapped tensor in a real load), not a copy: changing them
-    # changes the product. (The other K-quants are read repacked where the CPU has AVX-512 VNNI: test_kquant_repacked.)
+    # changes the product. (Where the CPU has AVX-512 VNNI, quantized.ggml_linear reads the K-quants repacked
+    # instead: test_kquant_repacked.)
     weight = random_blocks("iq4_xs", 16, 256)
-    kernel = quantized.ggml_linear(weight, None)
+    kernel = kquant.kquant_linear(weight, None)
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1))
     before = kernel(x)
     weight.tensors["blocks"][:, 8:136] ^= 0x11  # some of iq4_xs's nibbles

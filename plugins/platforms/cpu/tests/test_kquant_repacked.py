@@ -1,9 +1,10 @@
-"""The K-quants (q4_K, q5_K, q6_K, q3_K, q2_K) read repacked where the CPU has AVX-512 VNNI: each chunk of 32 of a
-super-block as a block of the ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each;
+"""The K-quants (q4_K, q5_K, q6_K, q3_K, q2_K) and iq4_xs read repacked where the CPU has AVX-512 VNNI: each chunk of 32
+of a super-block as a block of the ggml repacked layout (``repack.repack_q4_k``: its 6-bit sc and mn a byte each;
 ``repack_q6_k``: 6-bit values as nibbles and two bit planes; ``repack_q3_k``: two bits four to a byte and a plane of
-the third; ``repack_q2_k``: the two bits so, ggml's sc and mn nibbles a byte), x quantized per super-block as
-llama.cpp's q8_K, each super-block summed as the file-layout kernel's portable path sums it (the same integers, the
-same float operations), so with its bits. That kernel (``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
+the third; ``repack_q2_k``: the two bits so, ggml's sc and mn nibbles a byte; ``repack_iq4_xs``: iq4_nl's nibbles, an
+int8 sc per chunk), x quantized per super-block as llama.cpp's q8_K, each super-block summed as the file-layout
+kernel's portable path sums it (the same integers, the same float operations), so with its bits. That kernel
+(``kquant``) stays the AVX2 and portable paths: test_kquant.py."""
 
 from __future__ import annotations
 
@@ -183,6 +184,20 @@ def test_q2_k_repacked_values_and_record_give_back_the_dequantised_weight() -> N
     sc, mn = (packed & 0xF).double().repeat_interleave(16, dim=1), (packed >> 4).double().repeat_interleave(16, dim=1)
     rebuilt = d * sc * values - dmin * mn
     torch.testing.assert_close(rebuilt, weight.dequantize().double(), rtol=0, atol=0)
+
+
+def test_iq4_xs_repacked_values_and_record_give_back_the_dequantised_weight() -> None:
+    # One group, one super-block: iq4_nl's nibbles of chunk c through the 16 levels, the record's int8 sc per chunk and
+    # d rebuild gguf's dequantisation exactly: d sc_c kvalues_iq4nl[nibble].
+    weight = random_blocks("iq4_xs", 16, 256, seed=9)
+    qs, scales = repack.repack_iq4_xs(weight.tensors["blocks"])
+    nibbles = qs.reshape(8, 4, 16, 4).permute(0, 2, 1, 3).reshape(8, 16, 16).long()  # [block, row, byte 4c + t]
+    levels = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113])
+    values = levels[torch.cat([nibbles & 0xF, nibbles >> 4], dim=-1)].permute(1, 0, 2).reshape(16, 256).double()
+    record = scales.reshape(-1).view(torch.uint8)
+    sc = record[:128].view(torch.int8).reshape(8, 16).T.double().repeat_interleave(32, dim=1)  # [row, input]
+    d = record[128:160].view(torch.float16).double().reshape(16, 1)
+    torch.testing.assert_close(d * sc * values, weight.dequantize().double(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("fmt", [*FORMATS, "q4_1"])

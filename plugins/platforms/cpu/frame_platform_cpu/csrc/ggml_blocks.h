@@ -31,17 +31,19 @@ namespace ggml_blocks {
 
 enum Format : int64_t {
   kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 3, kQ5_1 = 4, kIQ4_NL = 5,
-  kQ4_K = 6, kQ6_K = 7, kQ5_K = 8, kQ3_K = 9, kQ2_K = 10
+  kQ4_K = 6, kQ6_K = 7, kQ5_K = 8, kQ3_K = 9, kQ2_K = 10, kIQ4_XS = 11
 };
 // Formats of ggml's own blocks (ggml_linear reads them as the file stores them). The K-quants (super-blocks of
 // 256) are read only repacked, each chunk of 32 as a block: q4_K's and q5_K's w = d sc q - dmin mn with q of 4 or 5
 // bits and a 6-bit sc and mn per chunk; q6_K's w = d sc (q - 32) with q of 6 bits and an int8 sc per 16, q3_K's
 // w = d sc (q - 4) with q of 3 bits and sc so; q2_K's w = d sc q - dmin mn with q of 2 bits and a 4-bit sc and mn
-// per 16. Each super-block is summed as integers and scaled once, as ggml's own dot products do.
+// per 16; iq4_xs's w = d sc kvalues_iq4nl[q] with an int8 sc per chunk. Each super-block is summed as integers and
+// scaled once, as ggml's own dot products do.
 constexpr int64_t kFormats = 6;
-constexpr int64_t kRepackedFormats = 11;
+constexpr int64_t kRepackedFormats = 12;
 constexpr bool super_block(int64_t format) {
-  return format == kQ4_K || format == kQ5_K || format == kQ6_K || format == kQ3_K || format == kQ2_K;
+  return format == kQ4_K || format == kQ5_K || format == kQ6_K || format == kQ3_K || format == kQ2_K ||
+         format == kIQ4_XS;
 }
 // The super-block formats with a min per chunk (q4_K, q5_K): the same record of scales.
 constexpr bool chunk_mins(int64_t format) { return format == kQ4_K || format == kQ5_K; }
@@ -64,10 +66,11 @@ constexpr int64_t block_bytes(int64_t format) {
 // Blocks with an m (w = d u + m): its float16 follows d.
 constexpr bool has_min(int64_t format) { return format == kQ4_1 || format == kQ5_1 || chunk_mins(format); }
 constexpr int scale_rows_for(int64_t format) {
-  return chunk_mins(format) || format == kQ2_K ? 10 : scales_per_16(format) ? 9 : has_min(format) ? 2 : 1;
+  return chunk_mins(format) || format == kQ2_K ? 10 : scales_per_16(format) ? 9 : format == kIQ4_XS ? 5
+       : has_min(format) ? 2 : 1;
 }
 // Blocks whose u are int8 (signed) rather than unsigned.
-constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL; }
+constexpr bool signed_values(int64_t format) { return format == kQ8_0 || format == kIQ4_NL || format == kIQ4_XS; }
 // The offset an unsigned u carries: w = d (u - offset) (+ m).
 constexpr int32_t offset_of(int64_t format) { return format == kQ4_0 ? 8 : format == kQ5_0 ? 16 : 0; }
 // Where the 5-bit formats keep their 32 high bits (a little-endian uint32) and where the values start.
@@ -181,7 +184,7 @@ inline void values_vnni(const uint8_t* wb, __m512i* w) {
     w[c] = _mm512_and_si512(packed, nibble);
     w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
   }
-  if constexpr (Format == kIQ4_NL) {
+  if constexpr (Format == kIQ4_NL || Format == kIQ4_XS) {
     const __m512i table = iq4nl_unsigned_table();
     for (int i = 0; i < 8; ++i) w[i] = _mm512_shuffle_epi8(table, w[i]);
   }
@@ -231,6 +234,7 @@ inline void with_repacked_format(int64_t format, F&& f) {
   if (format == kQ5_K) return f(std::integral_constant<int64_t, kQ5_K>{});
   if (format == kQ3_K) return f(std::integral_constant<int64_t, kQ3_K>{});
   if (format == kQ2_K) return f(std::integral_constant<int64_t, kQ2_K>{});
+  if (format == kIQ4_XS) return f(std::integral_constant<int64_t, kIQ4_XS>{});
   with_format(format, std::forward<F>(f));
 }
 #endif

@@ -26,8 +26,8 @@
 // blocks 8 rows a ymm (ggml_repacked_avx2.h): the `Repacked` product runs either. Groups come in sets of four whose
 // blocks interleave, so a one-row product reads a set as one stream (RepackedSets).
 //
-// With AVX-512 VNNI the layout also holds q4_K, q5_K, q6_K, q3_K and q2_K (repack.repack_q4_k, ...): each chunk
-// of 32 of a super-block a block, x rounded per 256 as llama.cpp's q8_K, and each super-block summed as the same
+// With AVX-512 VNNI the layout also holds q4_K, q5_K, q6_K, q3_K, q2_K and iq4_xs (repack.repack_q4_k, ...): each
+// chunk of 32 of a super-block a block, x rounded per 256 as llama.cpp's q8_K, and each super-block summed as the same
 // integers and scaled with the same float operations as kquant_linear.cpp's portable path, so with its bits. On the
 // file's super-blocks a lone row was compute-bound (26-30 GB/s in L2 on a Zen 5 core, q3_K 16); here it reads at
 // 75-95% of the read floor, and a prefill runs 1.7-3.3x as fast.
@@ -398,9 +398,21 @@ inline __m512i q6_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int
 // acc + d_x (d S) for a super-block's integer S and the 16 rows' d in their record: the file-layout kernel's and
 // its portable path's float operations, so q6_K repacked has their bits (a rounding order of its own moved the
 // llama.cpp matrix's Q4_K_M perplexity by 1.6%: x's int8 steps turn an ulp upstream into whole steps).
+// iq4_xs's so, its d after the 8 chunks' sc.
+template <int64_t Format = kQ6_K>
 inline __m512 q6_scaled(__m512i whole, __m512 dx, const uint16_t* record, __m512 acc) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 128)));
+  constexpr int64_t d_at = Format == kIQ4_XS ? 64 : 128;
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + d_at)));
   return _mm512_fmadd_ps(dx, _mm512_mul_ps(d, _mm512_cvtepi32_ps(whole)), acc);
+}
+
+// iq4_xs's block b (its 16 rows' exact dot with x's block, the table's signed levels): sc dot into the super-block's
+// integer S (each term at most 32 x 127 x 127 x 32, eight under 2^31), the int8 sc per chunk from the record.
+inline void iq4xs_block(__m512i dot, const uint16_t* record, int64_t b, __m512i& whole) {
+  const int8_t* sc = reinterpret_cast<const int8_t*>(record) + 16 * (b % 8);
+  const __m512i scale = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+  const __m512i t = _mm512_mullo_epi32(dot, scale);
+  whole = b % 8 == 0 ? t : _mm512_add_epi32(whole, t);
 }
 
 // q4_K's or q5_K's block b (its 16 rows' exact dot with x's block, x's block sum): sc dot into the super-block's
@@ -518,6 +530,13 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
         lo[r] = _mm512_dpbusd_epi32(lo[r], w[i], broadcast_quad(xb + 4 * i));
         lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
       }
+    }
+    if constexpr (Format == kIQ4_XS) {
+      for (int r = 0; r < R; ++r) {
+        iq4xs_block(lo[r], sb, b, whole[r]);
+        if (b % 8 == 7) acc[r] = q6_scaled<Format>(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
+      }
+      continue;
     }
     if constexpr (chunk_mins(Format)) {
       for (int r = 0; r < R; ++r) {
@@ -641,6 +660,11 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m512i dot = block_dot<Format>(row + g * qbytes, xq4, start);
+      if constexpr (Format == kIQ4_XS) {
+        iq4xs_block(dot, srow + g * sbytes, b, whole[g]);
+        if (b % 8 == 7) acc[g] = q6_scaled<Format>(whole[g], dx, srow + g * sbytes, acc[g]);
+        continue;
+      }
       if constexpr (chunk_mins(Format)) {
         q4k_block(dot, xq.sum[b], srow + g * sbytes, b, whole[g], mins[g]);
         if (b % 8 == 7) acc[g] = q4k_scaled(whole[g], mins[g], dx, srow + g * sbytes, acc[g]);
@@ -910,7 +934,8 @@ struct Repacked {
 Repacked make_repacked(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scales, int64_t format,
                        int64_t out_features, const at::Tensor* bias, bool gated, const at::Tensor& y) {
   TORCH_CHECK(format >= 0 && format < kRepackedFormats,
-              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K, q6_K, q5_K, q3_K or q2_K");
+              "ggml_linear_repacked takes q4_0, q4_1, q8_0, q5_0, q5_1, iq4_nl, q4_K, q6_K, q5_K, q3_K, q2_K or "
+              "iq4_xs");
 #if !FRAME_GGML_VNNI
   TORCH_CHECK(!super_block(format), "ggml_linear_repacked reads the K-quants with AVX-512 VNNI and BW only");
 #endif
