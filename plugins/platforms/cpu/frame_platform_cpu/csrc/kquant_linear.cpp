@@ -124,6 +124,8 @@ void row_portable(const uint8_t* w, int64_t nb, const SuperView& xq, int64_t r0,
       const float dx = xq.d[row * nb + b];
       if constexpr (exact_offset(Format))
         dots[r] += dx * (h.d * static_cast<float>(dot - mins));
+      else if constexpr (mn_shift(Format) == 0)  // iq4_xs, no mins: d_x d first, as llama.cpp's dot scales it
+        dots[r] += (dx * h.d) * static_cast<float>(dot);
       else
         dots[r] += dx * (h.d * static_cast<float>(dot) - h.md * static_cast<float>(mins));
     }
