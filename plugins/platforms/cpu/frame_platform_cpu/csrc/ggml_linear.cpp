@@ -65,19 +65,21 @@ constexpr int kRowTile = 4;  // rows of x per pass over a weight row
 using namespace ggml_blocks;
 
 // x's rows quantized per block: q [m][k] int8, d and s [m][k / 32] float32, sum [m][k / 32] (sum of q, which the
-// VNNI path's offset weights need as an integer).
+// VNNI path's offset weights need as an integer), and for the super-block formats low [m][k / 32], the sum of each
+// block's first 16 q (the formats with a scale or min per 16 inputs take x's sums per 16: low, and sum - low).
 struct QuantizedView {
   const int8_t* q;
   const float *d, *s;
   const int32_t* sum;
+  const int32_t* low;
 };
 
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d, s;
-  std::vector<int32_t> sum;
+  std::vector<int32_t> sum, low;
 
-  operator QuantizedView() const { return {q.data(), d.data(), s.data(), sum.data()}; }
+  operator QuantizedView() const { return {q.data(), d.data(), s.data(), sum.data(), low.data()}; }
 };
 
 // llama.cpp keeps a block's d_x as float16, and q8_1's s_x (the weight with a min: q4_1, q5_1) as the float16 of
@@ -138,9 +140,9 @@ void quantize_row_avx512(const T* x, int64_t k, bool q8_1, int8_t* q, float* d, 
 
 // The K-quants' x as llama.cpp's q8_K holds it for its K-quant dot products: per super-block of 256 one float32 scale
 // d_x = max|x| / 127, left unrounded, set on each of its 8 blocks, and per block the integer sum(q_x) for the
-// mins (and s = d_x sum(q_x), which the view holds for every format).
+// mins (and s = d_x sum(q_x), which the view holds for every format), and the integer sum of its first 16 (`low`).
 template <typename T>
-void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
+void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums, int32_t* low) {
   constexpr int64_t kSuper = 256;
   for (int64_t first = 0; first < k; first += kSuper) {
 #if FRAME_GGML_VNNI
@@ -161,32 +163,36 @@ void quantize_row_super(const T* x, int64_t k, int8_t* q, float* d, float* s, in
       const __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(load16_as_float(x + b * kBlock + 16), scale));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtepi32_epi8(lo));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtepi32_epi8(hi));
-      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));
+      const int first16 = _mm512_reduce_add_epi32(lo);
+      const int sum = first16 + _mm512_reduce_add_epi32(hi);
 #else
-      int sum = 0;
+      int sum = 0, first16 = 0;
       for (int64_t i = b * kBlock; i < (b + 1) * kBlock; ++i) {
         const int v = static_cast<int>(std::nearbyint(static_cast<float>(x[i]) * inv));
         q[i] = static_cast<int8_t>(v);
         sum += v;
+        if (i < b * kBlock + 16) first16 += v;
       }
 #endif
       d[b] = dx;
       s[b] = dx * static_cast<float>(sum);
       sums[b] = sum;
+      low[b] = first16;
     }
   }
 }
 
 // Row `r` of x ([rows, k], float32 where `is_float`, else bfloat16) quantized for a weight of `format` into q [k],
-// d, s and sum [k / 32]: as llama.cpp's q8_1 for a format with a min, its q8_0 otherwise, its q8_K for a K-quant.
-// `simd`: the AVX-512 loop where this build has it (the same values); the portable path keeps plain C++.
+// d, s and sum [k / 32]: as llama.cpp's q8_1 for a format with a min, its q8_0 otherwise, its q8_K for a K-quant
+// (with low [k / 32] too). `simd`: the AVX-512 loop where this build has it (the same values); the portable path
+// keeps plain C++.
 void quantize_x_row(const void* x, bool is_float, int64_t r, int64_t k, bool simd, int64_t format, int8_t* q,
-                    float* d, float* s, int32_t* sum) {
+                    float* d, float* s, int32_t* sum, int32_t* low) {
   const float* xf = is_float ? static_cast<const float*>(x) + r * k : nullptr;
   const c10::BFloat16* xb = is_float ? nullptr : static_cast<const c10::BFloat16*>(x) + r * k;
   if (super_block(format)) {
-    if (is_float) quantize_row_super(xf, k, q, d, s, sum);
-    else quantize_row_super(xb, k, q, d, s, sum);
+    if (is_float) quantize_row_super(xf, k, q, d, s, sum, low);
+    else quantize_row_super(xb, k, q, d, s, sum, low);
     return;
   }
   const bool q8_1 = has_min(format);
@@ -205,13 +211,13 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool simd, int64_t format) {
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t nb = k / kBlock;
   QuantizedRows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb),
-                    std::vector<int32_t>(m * nb)};
+                    std::vector<int32_t>(m * nb), std::vector<int32_t>(super_block(format) ? m * nb : 0)};
   const bool is_float = x.scalar_type() == at::kFloat;
   const void* data = x.data_ptr();
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       quantize_x_row(data, is_float, r, k, simd, format, out.q.data() + r * k, out.d.data() + r * nb,
-                     out.s.data() + r * nb, out.sum.data() + r * nb);
+                     out.s.data() + r * nb, out.sum.data() + r * nb, out.low.data() + (out.low.empty() ? 0 : r * nb));
   });
   return out;
 }
@@ -367,15 +373,6 @@ constexpr int64_t blocks_per_scale() { return super_block(Format) ? 8 : 1; }
 template <int64_t Format>
 constexpr int64_t scale_values() { return scale_rows_for(Format) * kGroup; }
 
-// x's sums over inputs 0-15 and 16-31 of a block (its int8 values xb), for q6_K's offsets of 32.
-inline void x_sums16(const int8_t* xb, int32_t& low, int32_t& high) {
-  const __m256i biased = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)),
-                                          _mm256_set1_epi8(static_cast<char>(0x80)));  // x + 128, unsigned
-  const __m256i sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());               // 4 sums of 8 bytes
-  low = static_cast<int32_t>(_mm256_extract_epi64(sums, 0) + _mm256_extract_epi64(sums, 1)) - 16 * 128;
-  high = static_cast<int32_t>(_mm256_extract_epi64(sums, 2) + _mm256_extract_epi64(sums, 3)) - 16 * 128;
-}
-
 // q6_K's block b against one row of x (its broadcast quads xq4 and 16-input sums): the 16 rows' sc_lo (u - 32) . x
 // over inputs 0-15 plus sc_hi (u - 32) . x over 16-31, exact integers (each term at most 16 x 63 x 127 x 128, a
 // super-block's eight blocks under 2^31): the super-block stays one integer until d and d_x scale it, as in
@@ -485,6 +482,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
   const float* dx = xq.d + r0 * nb;
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
+  const int32_t* lowx = super_block(Format) ? xq.low + r0 * nb : nullptr;
   constexpr int64_t per_scale = blocks_per_scale<Format>();
   __m512i whole[R], mins[R];  // q6_K, q4_K: each row's super-block so far, integers
   for (int64_t b = 0; b < nb; ++b) {
@@ -508,8 +506,7 @@ void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int6
           xq4[i] = broadcast_quad(xb + 4 * i);
           xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
         }
-        int32_t x_low, x_high;
-        x_sums16(xb, x_low, x_high);
+        const int32_t x_low = lowx[r * nb + b], x_high = sumx[r * nb + b] - x_low;
         if constexpr (Format == kQ2_K) {
           q2k_block(w, xq4, x_low, x_high, sb, b, whole[r], mins[r]);
           if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
@@ -644,8 +641,7 @@ void group_set_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, 
     const __m512 sx = _mm512_set1_ps(xq.s[b]);
     const __m512i start = offset ? _mm512_set1_epi32(-offset * xq.sum[b]) : _mm512_setzero_si512();
     if constexpr (sums_per_16(Format)) {  // each group's super-block summed as integers, then scaled once
-      int32_t x_low, x_high;
-      x_sums16(xb, x_low, x_high);
+      const int32_t x_low = xq.low[b], x_high = xq.sum[b] - x_low;
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
         __m512i w[8];
@@ -982,18 +978,19 @@ void team_repacked(const Repacked& product, const frame_cpu::Team& team) {
   const int64_t m = product.m, k = product.k, nb = product.nb;
   const bool alone = m == 1;  // each thread quantizes the row for itself, in its own buffer
   const frame_cpu::Team quantizer = alone ? frame_cpu::Team{0, 1} : team;
-  auto* scratch = static_cast<uint8_t*>(frame_cpu::team_scratch(quantizer, m * k + 3 * m * nb * 4 + 64));
+  auto* scratch = static_cast<uint8_t*>(frame_cpu::team_scratch(quantizer, m * k + 4 * m * nb * 4 + 64));
   int8_t* q = reinterpret_cast<int8_t*>(scratch);
   float* d = reinterpret_cast<float*>(scratch + (m * k + 63) / 64 * 64);
   float* s = d + m * nb;
   int32_t* sum = reinterpret_cast<int32_t*>(s + m * nb);
+  int32_t* low = sum + m * nb;
   const auto [first, last] = frame_cpu::share(m, quantizer);
   for (int64_t r = first; r < last; ++r)
     quantize_x_row(product.x, product.as_float, r, k, true, product.format, q + r * k, d + r * nb, s + r * nb,
-                   sum + r * nb);
+                   sum + r * nb, low + r * nb);
   frame_cpu::team_sync(quantizer);
   const auto [begin, end] = frame_cpu::share(product.units(), team);
-  if (begin < end) product.run(begin, end, QuantizedView{q, d, s, sum});
+  if (begin < end) product.run(begin, end, QuantizedView{q, d, s, sum, low});
 }
 #endif
 
