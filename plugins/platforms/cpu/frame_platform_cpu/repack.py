@@ -238,17 +238,19 @@ def _interleave_sets(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).reshape(t.shape)
 
 
+#: The packer of each super-block format, by its number in REPACKED_KQUANTS.
+_SUPER_BLOCK_PACKERS = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k, 9: repack_q3_k, 10: repack_q2_k,
+                        11: repack_iq4_xs}
 #: Rows repacked at a time, a multiple of a set's 64: a large weight's repack makes a few times its size in
 #: temporaries, which (freed or not given back at once) raised a 1B Q4_K_M file's peak while loading by 0.8 GiB.
 _REPACK_ROWS = 1024
 
 
 def repack_by_rows(blocks: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``repack_blocks`` (``repack_q4_k``, ``repack_q6_k`` for the super-block formats) of ``blocks``, _REPACK_ROWS
-    rows at a time into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole
-    groups, so the slices' bytes laid end to end are the whole weight's."""
-    repack = {6: repack_q4_k, 7: repack_q6_k, 8: repack_q5_k, 9: repack_q3_k, 10: repack_q2_k, 11: repack_iq4_xs}
-    repack = repack.get(fmt, lambda b: repack_blocks(b, fmt))
+    """``repack_blocks`` (the super-block formats' ``repack_q4_k``, ...) of ``blocks``, _REPACK_ROWS rows at a time
+    into the whole weight's tensors: every set lies in one slice, and a slice's tensors are whole groups, so the
+    slices' bytes laid end to end are the whole weight's."""
+    repack = _SUPER_BLOCK_PACKERS.get(fmt, lambda b: repack_blocks(b, fmt))
     rows = blocks.shape[0]
     if rows <= _REPACK_ROWS:
         return repack(blocks)
