@@ -138,7 +138,7 @@ def test_repacked_sets_hold_their_groups_blocks_side_by_side(monkeypatch) -> Non
 
 
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
-@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q5_1"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_repacked_lone_row_takes_any_number_of_groups(fmt: str, threads: int, torch_threads) -> None:
     # A thread's share of a lone row's groups runs four at a time and the last 1-3 together, each set asking ahead

@@ -797,6 +797,19 @@ at::Tensor ggml_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
 
 #if FRAME_GGML_AVX2 && !FRAME_GGML_VNNI
 constexpr int kAvx2Rows = 4;  // rows of x per pass over a group on the AVX2 path
+// Bytes of a set's stream asked for ahead of the block row being multiplied by a one-row product on this path.
+constexpr int64_t kAvx2StreamAhead = 2048;
+
+// group_set_avx2 for 1..kSetGroups groups, each count its own instance.
+template <int64_t Format, int G = 1>
+void group_set_any_avx2(int count, const RepackedSets& w, const GroupPlace& at, const QuantizedView& xq,
+                        __m256* acc) {
+  if constexpr (G < kSetGroups) {
+    if (count != G) return group_set_any_avx2<Format, G + 1>(count, w, at, xq, acc);
+  }
+  group_set_avx2<Format, G>(w.qs + at.q, at.qstride, w.scales + at.s, at.sstride, w.group_scales / w.scale_blocks,
+                            w.nb, xq.q, xq.d, xq.s, xq.sum, kAvx2StreamAhead, acc);
+}
 
 template <int64_t Format>
 void groups_avx2(const RepackedSets& w, int64_t g, const QuantizedView& xq, int64_t r0, int rows, int64_t k,
@@ -907,9 +920,24 @@ struct Repacked {
     }
   }
 
-  // Groups [begin, end) of y (no gated form on this path: make_repacked refuses it).
+  // Groups [begin, end) of y (no gated form on this path: make_repacked refuses it). One row of x reads its
+  // groups set by set, as one stream (group_set_avx2); more read each group's blocks for up to kAvx2Rows rows.
   void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
     const RepackedSets w = sets();
+    if (m == 1) {
+      __m256 sums[2 * kSetGroups];
+      for (int64_t g = begin; g < end;) {
+        const GroupPlace at = w.place(g);
+        const int count = static_cast<int>(std::min(end, at.set_end) - g);
+        with_format(format, [&](auto f) { group_set_any_avx2<decltype(f)::value>(count, w, at, xq, sums); });
+        for (int i = 0; i < count; ++i) {
+          store8(sums[2 * i], 0, (g + i) * 16);
+          if ((g + i) * 16 + 8 < n) store8(sums[2 * i + 1], 0, (g + i) * 16 + 8);
+        }
+        g += count;
+      }
+      return;
+    }
     __m256 acc[2 * kAvx2Rows];
     for (int64_t g = begin; g < end; ++g) {
       for (int64_t r0 = 0; r0 < m; r0 += kAvx2Rows) {
