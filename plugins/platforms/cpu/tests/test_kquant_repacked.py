@@ -70,6 +70,8 @@ def test_lone_rows_have_their_batchs_bits(fmt: str, threads: int, torch_threads)
         together = linear(x)
         for row in (0, 2, 4):
             assert torch.equal(linear(x[row : row + 1]), together[row : row + 1]), out_features
+        for rows in (slice(0, 2), slice(1, 4), slice(1, 5)):  # whole sets as one stream for 2-4 rows
+            assert torch.equal(linear(x[rows]), together[rows]), out_features
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -78,13 +80,13 @@ def test_swiglu_is_the_product_then_the_activation(fmt: str, threads: int, torch
     # SwiGLU's [gate | up] in a super-block format runs the activation in the product's epilogue for bfloat16 x:
     # the bits of the product followed by silu_and_mul. 80 and 16: gate and up groups that share a set of four.
     torch_threads(threads)
-    for intermediate in (80, 160, 16):
+    for intermediate in (80, 160, 16, 128):
         weight = random_blocks(fmt, 2 * intermediate, 256, seed=intermediate)
         layer = torch.nn.Linear(256, 2 * intermediate, bias=False)
         fused = quantized.packed_layer_kernel(layer, weight, gated=True)
         product = quantized.ggml_linear(weight, None)
         x = torch.randn(6, 256, generator=torch.Generator().manual_seed(4)).bfloat16()
-        for rows in (x[:1], x[2:3], x):
+        for rows in (x[:1], x[2:3], x[1:4], x):
             assert torch.equal(fused(rows), torch.ops.frame_cpu.silu_and_mul(product(rows))), intermediate
 
 

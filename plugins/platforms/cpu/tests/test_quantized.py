@@ -150,6 +150,9 @@ def test_repacked_lone_row_takes_any_number_of_groups(fmt: str, threads: int, to
         x = torch.randn(5, 192, generator=torch.Generator().manual_seed(9)).bfloat16()
         together = linear(x)
         assert torch.equal(linear(x[2:3]), together[2:3]), out_features
+        # 2-4 rows read whole sets as one stream and the groups around them alone (VNNI): the same bits again.
+        assert torch.equal(linear(x[1:3]), together[1:3]), out_features
+        assert torch.equal(linear(x[1:5]), together[1:5]), out_features
 
 
 @pytest.mark.skipif(not quantized.has_repacked(), reason=NO_REPACKED)
@@ -160,7 +163,7 @@ def test_repacked_swiglu_is_the_product_then_the_activation(fmt: str, threads: i
     # (with AVX2 the product, then silu_and_mul): the same bits as the product followed by silu_and_mul, for a lone
     # row (gate and up groups in sets) and for row tiles.
     torch_threads(threads)
-    for intermediate, with_bias in ((80, True), (160, False), (16, True)):
+    for intermediate, with_bias in ((80, True), (160, False), (16, True), (128, False)):
         weight = packed(fmt, 2 * intermediate, 192, seed=intermediate)
         bias = torch.randn(2 * intermediate, generator=torch.Generator().manual_seed(3)) if with_bias else None
         layer = torch.nn.Linear(192, 2 * intermediate, bias=with_bias)
@@ -169,7 +172,7 @@ def test_repacked_swiglu_is_the_product_then_the_activation(fmt: str, threads: i
         fused = quantized.packed_layer_kernel(layer, weight, gated=True)
         product = quantized.ggml_linear(weight, layer.bias)
         x = torch.randn(6, 192, generator=torch.Generator().manual_seed(4)).bfloat16()
-        for rows in (x[:1], x[2:3], x):
+        for rows in (x[:1], x[2:3], x[1:4], x):
             expected = torch.ops.frame_cpu.silu_and_mul(product(rows))
             out = fused(rows)
             assert out.shape == (rows.shape[0], intermediate) and torch.equal(out, expected), intermediate

@@ -468,92 +468,115 @@ inline void block_scales(const uint16_t* sb, __m512& dw, __m512& mw) {
                        : _mm512_setzero_ps();
 }
 
-// One group of 16 output rows against R rows of quantized x (rows r0.. of xq), its blocks `qstride` bytes and their
-// scale records `sstride` values apart: acc[r] lane j = row j's dot.
-template <int64_t Format, int R>
+// Where group_set_vnni asks for the weight ahead: into L2 on AMD (on a Zen 4 core four groups' streams asked into L1
+// held its miss buffers: a one-row step's q4_1 linears 5.9 -> 4.8 ms on one core, 3.6 -> 3.0 on two), into L1 on
+// Intel's Xeons with AMX (there 3-5% faster than L2 at one and two threads, benchmarks/decode_rows.py's step).
+#if defined(__AMX_TILE__)
+constexpr _mm_hint kSetHint = _MM_HINT_T0;
+#else
+constexpr _mm_hint kSetHint = _MM_HINT_T1;
+#endif
+
+// G groups of 16 output rows side by side in a set's block rows (the first at qs and scales, its blocks `qstride`
+// bytes and scale records `sstride` values apart) against R rows of quantized x (rows r0.. of xq): acc[R g + r]
+// lane j = group g's row j's dot with x's row r. G = 1 reads one group's blocks a block row apart; a whole set (G =
+// its groups) reads the set as one stream, as a lone row does: at 2-4 rows of x, group by group read 10-25% slower
+// than the same groups stored one after another (Zen 5, q4_1). Each group's operations are the same either way.
+template <int64_t Format, int R, int G = 1>
 void group_vnni(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
                 const QuantizedView& xq, int64_t r0, int64_t k, __m512* acc) {
   constexpr int quads = quads_of<Format>();
-  constexpr int64_t qbytes = quads * 64;
+  constexpr int64_t qbytes = quads * 64, svalues = scale_values<Format>();
   constexpr int32_t offset = vnni_offset_of<Format>();
-  constexpr int64_t blocks_ahead = std::max<int64_t>(1, kPrefetchAhead / qbytes);
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  // A group's own blocks 1 KB ahead; a set's rows kStreamAhead bytes ahead.
+  const int64_t blocks_ahead = G == 1 ? std::max<int64_t>(1, kPrefetchAhead / qbytes)
+                                      : (kStreamAhead + qstride - 1) / qstride;
+  for (int i = 0; i < G * R; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* qx = xq.q + r0 * k;
   const float* dx = xq.d + r0 * nb;
   const float* sx = xq.s + r0 * nb;
   const int32_t* sumx = xq.sum + r0 * nb;
   const int32_t* lowx = super_block(Format) ? xq.low + r0 * nb : nullptr;
   constexpr int64_t per_scale = blocks_per_scale<Format>();
-  __m512i whole[R], mins[R];  // q6_K, q4_K: each row's super-block so far, integers
+  __m512i whole_all[G * R], mins_all[G * R];  // the K-quants: each row's super-block so far, integers
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = qs + b * qstride;
-    const uint16_t* sb = scales + b / per_scale * sstride;
+    const uint8_t* row = qs + b * qstride;
+    const uint16_t* srow = scales + b / per_scale * sstride;
     // The weight streams from memory once: asking for it 1 KB ahead into L1 took one row's step from 2.9 to 2.6
     // ms (a plain read of the same bytes: 2.5), four rows' from 4.3 to 3.3.
-    for (int c = 0; c < quads; ++c)
-      _mm_prefetch(reinterpret_cast<const char*>(wb + blocks_ahead * qstride + 64 * c), _MM_HINT_T0);
+    for (int64_t c = 0; c < G * qbytes; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row + blocks_ahead * qstride + c), G == 1 ? _MM_HINT_T0 : kSetHint);
     if (b % per_scale == 0)
-      for (int64_t c = 0; c < scale_values<Format>() * 2; c += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(sb + (blocks_ahead + per_scale - 1) / per_scale * sstride) + c,
-                     _MM_HINT_T0);
-    __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
-    values_vnni<Format>(wb, w);
-    if constexpr (sums_per_16(Format)) {  // each row's super-block summed as integers, then scaled once
-      for (int r = 0; r < R; ++r) {
-        const int8_t* xb = qx + r * k + b * kBlock;
-        __m512i xq4[8];
-        for (int i = 0; i < 4; ++i) {
-          xq4[i] = broadcast_quad(xb + 4 * i);
-          xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
+      for (int64_t c = 0; c < G * svalues * 2; c += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(srow + (blocks_ahead + per_scale - 1) / per_scale * sstride) + c,
+                     G == 1 ? _MM_HINT_T0 : kSetHint);
+#pragma GCC unroll 1
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* wb = row + g * qbytes;
+      const uint16_t* sb = srow + g * svalues;
+      __m512* acc_g = acc + g * R;
+      __m512i* whole = whole_all + g * R;
+      __m512i* mins = mins_all + g * R;
+      __m512i w[8];  // w[i]: the 16 rows' values of inputs 4i..4i+3, unsigned
+      values_vnni<Format>(wb, w);
+      if constexpr (sums_per_16(Format)) {  // each row's super-block summed as integers, then scaled once
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xb = qx + r * k + b * kBlock;
+          __m512i xq4[8];
+          for (int i = 0; i < 4; ++i) {
+            xq4[i] = broadcast_quad(xb + 4 * i);
+            xq4[i + 4] = broadcast_quad(xb + 16 + 4 * i);
+          }
+          const int32_t x_low = lowx[r * nb + b], x_high = sumx[r * nb + b] - x_low;
+          if constexpr (Format == kQ2_K) {
+            q2k_block(w, xq4, x_low, x_high, sb, b, whole[r], mins[r]);
+            if (b % 8 == 7) acc_g[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc_g[r]);
+          } else {
+            whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
+                                        q6_block<Format>(w, xq4, x_low, x_high, sb, b));
+            if (b % 8 == 7) acc_g[r] = q6_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc_g[r]);
+          }
         }
-        const int32_t x_low = lowx[r * nb + b], x_high = sumx[r * nb + b] - x_low;
-        if constexpr (Format == kQ2_K) {
-          q2k_block(w, xq4, x_low, x_high, sb, b, whole[r], mins[r]);
-          if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
-        } else {
-          whole[r] = _mm512_add_epi32(b % 8 == 0 ? _mm512_setzero_si512() : whole[r],
-                                      q6_block<Format>(w, xq4, x_low, x_high, sb, b));
-          if (b % 8 == 7) acc[r] = q6_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
-        }
+        continue;
       }
-      continue;
-    }
-    // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
-    // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
-    // offset back out.
-    __m512i lo[R];
-    for (int r = 0; r < R; ++r) lo[r] = offset ? _mm512_set1_epi32(-offset * sumx[r * nb + b]) : _mm512_setzero_si512();
+      // Quad-major over the R rows: R independent vpdpbusd chains, so the multiply-adds of different rows overlap
+      // instead of waiting on each other. Each starts at -offset * sum(q_x), which takes the unsigned operand's
+      // offset back out.
+      __m512i lo[R];
+      for (int r = 0; r < R; ++r)
+        lo[r] = offset ? _mm512_set1_epi32(-offset * sumx[r * nb + b]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xb = qx + r * k + b * kBlock;
+          lo[r] = _mm512_dpbusd_epi32(lo[r], w[i], broadcast_quad(xb + 4 * i));
+          lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
+        }
+      }
+      if constexpr (Format == kIQ4_XS) {
+        for (int r = 0; r < R; ++r) {
+          iq4xs_block(lo[r], sb, b, whole[r]);
+          if (b % 8 == 7) acc_g[r] = iq4xs_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc_g[r]);
+        }
+        continue;
+      }
+      if constexpr (chunk_mins(Format)) {
+        for (int r = 0; r < R; ++r) {
+          q4k_block(lo[r], sumx[r * nb + b], sb, b, whole[r], mins[r]);
+          if (b % 8 == 7) acc_g[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc_g[r]);
+        }
+        continue;
+      }
+      __m512 dw, mw;
+      block_scales<Format>(sb, dw, mw);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const int8_t* xb = qx + r * k + b * kBlock;
-        lo[r] = _mm512_dpbusd_epi32(lo[r], w[i], broadcast_quad(xb + 4 * i));
-        lo[r] = _mm512_dpbusd_epi32(lo[r], w[i + 4], broadcast_quad(xb + 16 + 4 * i));
+        const __m512i dot = lo[r];
+        const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx[r * nb + b]));
+        acc_g[r] = _mm512_fmadd_ps(scaled, dw, acc_g[r]);
+        if constexpr (has_min(Format)) acc_g[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc_g[r]);
       }
-    }
-    if constexpr (Format == kIQ4_XS) {
-      for (int r = 0; r < R; ++r) {
-        iq4xs_block(lo[r], sb, b, whole[r]);
-        if (b % 8 == 7) acc[r] = iq4xs_scaled(whole[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
-      }
-      continue;
-    }
-    if constexpr (chunk_mins(Format)) {
-      for (int r = 0; r < R; ++r) {
-        q4k_block(lo[r], sumx[r * nb + b], sb, b, whole[r], mins[r]);
-        if (b % 8 == 7) acc[r] = q4k_scaled(whole[r], mins[r], _mm512_set1_ps(dx[r * nb + b]), sb, acc[r]);
-      }
-      continue;
-    }
-    __m512 dw, mw;
-    block_scales<Format>(sb, dw, mw);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512i dot = lo[r];
-      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(dx[r * nb + b]));
-      acc[r] = _mm512_fmadd_ps(scaled, dw, acc[r]);
-      if constexpr (has_min(Format)) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[r * nb + b]), acc[r]);
     }
   }
 }
@@ -588,14 +611,6 @@ inline __m512i block_dot(const uint8_t* wb, const __m512i* xq4, __m512i start) {
   return _mm512_add_epi32(low, in_place ? _mm512_srai_epi32(high, 4) : high);
 }
 
-// Where group_set_vnni asks for the weight ahead: into L2 on AMD (on a Zen 4 core four groups' streams asked into L1
-// held its miss buffers: a one-row step's q4_1 linears 5.9 -> 4.8 ms on one core, 3.6 -> 3.0 on two), into L1 on
-// Intel's Xeons with AMX (there 3-5% faster than L2 at one and two threads, benchmarks/decode_rows.py's step).
-#if defined(__AMX_TILE__)
-constexpr _mm_hint kSetHint = _MM_HINT_T0;
-#else
-constexpr _mm_hint kSetHint = _MM_HINT_T1;
-#endif
 
 // G groups side by side in a set's block rows (the first at qs and scales, its blocks qstride bytes and sstride
 // values apart) against one row of quantized x: a decode row's product. out[i] lane j = group i's row j's dot.
@@ -733,12 +748,21 @@ void gated_sets_vnni(const RepackedSets& w, const QuantizedView& xq, int64_t hal
   }
 }
 
+// Group g alone (`whole_set` false), or the whole set it begins, against `rows` rows of x from r0.
 template <int64_t Format>
 void groups_vnni(const RepackedSets& w, int64_t g, const QuantizedView& xq, int64_t r0, int rows, int64_t k,
-                 __m512* acc) {
+                 __m512* acc, bool whole_set = false) {
   const GroupPlace at = w.place(g);
   const uint8_t* qs = w.qs + at.q;
   const uint16_t* scales = w.scales + at.s;
+  if (whole_set) {
+    switch (rows) {
+      case 1: return group_vnni<Format, 1, kSetGroups>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc);
+      case 2: return group_vnni<Format, 2, kSetGroups>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc);
+      case 3: return group_vnni<Format, 3, kSetGroups>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc);
+      default: return group_vnni<Format, 4, kSetGroups>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc);
+    }
+  }
   switch (rows) {
     case 1: group_vnni<Format, 1>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
     case 2: group_vnni<Format, 2>(qs, at.qstride, scales, at.sstride, w.nb, xq, r0, k, acc); break;
@@ -888,6 +912,28 @@ struct Repacked {
                              });
         }
       });
+      return;
+    }
+    if (m <= kVnniRows) {  // a few decode rows: whole sets as one stream each, the groups around them alone
+      __m512 acc[kVnniRows * kSetGroups], up[kVnniRows * kSetGroups];
+      const int rows = static_cast<int>(m);
+      for (int64_t g = begin; g < end;) {
+        const GroupPlace at = w.place(g);
+        const bool whole = g % kSetGroups == 0 && at.set_end - g == kSetGroups && at.set_end <= end &&
+                           (!gated || (half + g) % kSetGroups == 0);
+        const int count = whole ? kSetGroups : 1;
+        with_repacked_format(format, [&](auto f) {
+          constexpr int64_t F = decltype(f)::value;
+          groups_vnni<F>(w, g, xq, 0, rows, k, acc, whole);
+          if (gated) groups_vnni<F>(w, half + g, xq, 0, rows, k, up, whole);
+        });
+        for (int i = 0; i < count; ++i)
+          for (int r = 0; r < rows; ++r) {
+            if (gated) store_gated(acc[i * rows + r], up[i * rows + r], r, (g + i) * 16);
+            else store(acc[i * rows + r], r, (g + i) * 16);
+          }
+        g += count;
+      }
       return;
     }
     __m512 acc[kVnniRows], up[kVnniRows];
