@@ -824,20 +824,21 @@ constexpr int kAvx2Rows = 4;  // rows of x per pass over a group on the AVX2 pat
 // Bytes of a set's stream asked for ahead of the block row being multiplied by a one-row product on this path.
 constexpr int64_t kAvx2StreamAhead = 2048;
 
-// group_set_avx2 for 1..kSetGroups groups, each count its own instance.
+// A lone row's groups side by side (group_avx2) for 1..kSetGroups of them, each count its own instance.
 template <int64_t Format, int G = 1>
 void group_set_any_avx2(int count, const RepackedSets& w, const GroupPlace& at, const QuantizedView& xq,
                         __m256* acc) {
   if constexpr (G < kSetGroups) {
     if (count != G) return group_set_any_avx2<Format, G + 1>(count, w, at, xq, acc);
   }
-  group_set_avx2<Format, G>(w.qs + at.q, at.qstride, w.scales + at.s, at.sstride, w.group_scales / w.scale_blocks,
-                            w.nb, xq.q, xq.d, xq.s, xq.sum, kAvx2StreamAhead, acc);
+  group_avx2<Format, 1, G>(w.qs + at.q, at.qstride, w.scales + at.s, at.sstride, w.nb, xq.q, xq.d, xq.s, xq.sum,
+                           w.nb * kBlock, acc, w.group_scales / w.scale_blocks, kAvx2StreamAhead);
 }
 
+// Group g alone (`whole_set` false), or the whole set it begins, against `rows` rows of x from r0.
 template <int64_t Format>
 void groups_avx2(const RepackedSets& w, int64_t g, const QuantizedView& xq, int64_t r0, int rows, int64_t k,
-                 __m256* acc) {
+                 __m256* acc, bool whole_set = false) {
   const GroupPlace at = w.place(g);
   const uint8_t* qs = w.qs + at.q;
   const uint16_t* scales = w.scales + at.s;
@@ -845,6 +846,15 @@ void groups_avx2(const RepackedSets& w, int64_t g, const QuantizedView& xq, int6
   const int8_t* q = xq.q + r0 * k;
   const float *d = xq.d + r0 * nb, *s = xq.s + r0 * nb;
   const int32_t* sum = xq.sum + r0 * nb;
+  if (whole_set) {
+    constexpr int G = kSetGroups;
+    const int64_t sv = w.group_scales / w.scale_blocks, ahead = kAvx2StreamAhead;
+    switch (rows) {
+      case 2: return group_avx2<Format, 2, G>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc, sv, ahead);
+      case 3: return group_avx2<Format, 3, G>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc, sv, ahead);
+      default: return group_avx2<Format, 4, G>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc, sv, ahead);
+    }
+  }
   switch (rows) {
     case 1: group_avx2<Format, 1>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
     case 2: group_avx2<Format, 2>(qs, at.qstride, scales, at.sstride, nb, q, d, s, sum, k, acc); break;
@@ -967,7 +977,8 @@ struct Repacked {
   }
 
   // Groups [begin, end) of y (no gated form on this path: make_repacked refuses it). One row of x reads its
-  // groups set by set, as one stream (group_set_avx2); more read each group's blocks for up to kAvx2Rows rows.
+  // groups set by set, as one stream (group_avx2 with G > 1); 2-4 rows their whole sets so; more read each group's
+  // blocks for up to kAvx2Rows rows at a time.
   void run(int64_t begin, int64_t end, const QuantizedView& xq) const {
     const RepackedSets w = sets();
     if (m == 1) {
@@ -980,6 +991,23 @@ struct Repacked {
           store8(sums[2 * i], 0, (g + i) * 16);
           if ((g + i) * 16 + 8 < n) store8(sums[2 * i + 1], 0, (g + i) * 16 + 8);
         }
+        g += count;
+      }
+      return;
+    }
+    if (m <= kAvx2Rows) {  // a few decode rows: whole sets as one stream each, the groups around them alone
+      __m256 acc[2 * kAvx2Rows * kSetGroups];
+      const int rows = static_cast<int>(m);
+      for (int64_t g = begin; g < end;) {
+        const GroupPlace at = w.place(g);
+        const bool whole = g % kSetGroups == 0 && at.set_end - g == kSetGroups && at.set_end <= end;
+        const int count = whole ? kSetGroups : 1;
+        with_format(format, [&](auto f) { groups_avx2<decltype(f)::value>(w, g, xq, 0, rows, k, acc, whole); });
+        for (int i = 0; i < count; ++i)
+          for (int r = 0; r < rows; ++r) {
+            store8(acc[2 * (rows * i + r)], r, (g + i) * 16);
+            if ((g + i) * 16 + 8 < n) store8(acc[2 * (rows * i + r) + 1], r, (g + i) * 16 + 8);
+          }
         g += count;
       }
       return;

@@ -82,71 +82,45 @@ inline __m256 half_scales(const uint16_t* sb, int which, int h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16 * which + 8 * h)));
 }
 
-// One group of 16 output rows against R rows of x (int8 q [R][k], per block d, s and sum [R][nb]), its blocks
-// `qstride` bytes and their scales `sstride` values apart (its set's block row): acc[2r + h] lane j = row 8h + j's
-// dot with x's row r.
-template <int64_t Format, int R>
+// G groups of 16 output rows side by side in a set's block rows (the first at qs and scales, its blocks `qstride`
+// bytes and scales `sstride` values apart, each group's scales `svalues` after the last's) against R rows of x
+// (int8 q [R][k], per block d, s and sum [R][nb]): acc[2 (R g + r) + h] lane j = group g's row 8h + j's dot with
+// x's row r. G = 1 reads one group's blocks a block row apart; a whole set reads as one stream, `ahead` bytes ahead:
+// a lone row group by group read 45-48% of a core's floor on a Zen 5 running this path, against 60-67% for the
+// same groups stored one after another, and 2-4 rows lost as much. The same operations either way, so the bits.
+template <int64_t Format, int R, int G = 1>
 void group_avx2(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t nb,
-                const int8_t* qx, const float* dx, const float* sx, const int32_t* sumx, int64_t k, __m256* acc) {
+                const int8_t* qx, const float* dx, const float* sx, const int32_t* sumx, int64_t k, __m256* acc,
+                int64_t svalues = 0, int64_t ahead = 0) {
   constexpr int64_t qbytes = repacked_chunks<Format>() * 64;
   constexpr int32_t offset = offset_of(Format);
-  constexpr int64_t blocks_ahead = std::max<int64_t>(1, 1024 / qbytes);  // about 1 KB of its own blocks ahead
-  for (int i = 0; i < 2 * R; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = qs + b * qstride;
-    for (int64_t c = 0; c < qbytes; c += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(wb + blocks_ahead * qstride + c), _MM_HINT_T0);
-    const uint16_t* sb = scales + b * sstride;
-    _mm_prefetch(reinterpret_cast<const char*>(sb + blocks_ahead * sstride), _MM_HINT_T0);
-    for (int h = 0; h < 2; ++h) {
-      __m256i w[8];
-      unpack_half<Format>(wb, h, w);
-      const __m256 dw = half_scales(sb, 0, h);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = r * nb + b;
-        const __m256i start = offset ? _mm256_set1_epi32(-offset * sumx[at]) : _mm256_setzero_si256();
-        const __m256i dot = half_dot<Format>(w, qx + r * k + b * 32, start);
-        __m256& a = acc[2 * r + h];
-        a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx[at])), dw, a);
-        if constexpr (has_min(Format)) a = _mm256_fmadd_ps(half_scales(sb, 1, h), _mm256_set1_ps(sx[at]), a);
-      }
-    }
-  }
-}
-
-// G groups side by side in a set's block rows (the first at qs and scales, its blocks qstride bytes and records
-// sstride values apart, each group's record `sbytes` values after the last's) against one row of x: a decode row's
-// product, the set read as one stream `ahead` bytes ahead, as the VNNI path reads it (group by group, each a block
-// row apart, a core read 45-48% of its floor on a Zen 5 running this path, against 60-67% for the same groups
-// stored one after another). acc[2g + h] lane j = group g's row 8h + j's dot; the same operations per group, half
-// and block as group_avx2's, so the same bits.
-template <int64_t Format, int G>
-void group_set_avx2(const uint8_t* qs, int64_t qstride, const uint16_t* scales, int64_t sstride, int64_t sbytes,
-                    int64_t nb, const int8_t* qx, const float* dx, const float* sx, const int32_t* sumx, int64_t ahead,
-                    __m256* acc) {
-  constexpr int64_t qbytes = repacked_chunks<Format>() * 64;
-  constexpr int32_t offset = offset_of(Format);
-  const int64_t rows_ahead = (ahead + qstride - 1) / qstride;
-  for (int i = 0; i < 2 * G; ++i) acc[i] = _mm256_setzero_ps();
+  // About 1 KB of a group's own blocks ahead, or `ahead` bytes of a set's rows.
+  const int64_t blocks_ahead = G == 1 ? std::max<int64_t>(1, 1024 / qbytes) : (ahead + qstride - 1) / qstride;
+  for (int i = 0; i < 2 * R * G; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* row = qs + b * qstride;
-    const uint16_t* srow = scales + b * sstride;
     for (int64_t c = 0; c < G * qbytes; c += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row + rows_ahead * qstride + c), _MM_HINT_T0);
-    for (int64_t c = 0; c < G * sbytes * 2; c += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(srow + rows_ahead * sstride) + c, _MM_HINT_T0);
-    const __m256i start = offset ? _mm256_set1_epi32(-offset * sumx[b]) : _mm256_setzero_si256();
-    const __m256 xd = _mm256_set1_ps(dx[b]);
+      _mm_prefetch(reinterpret_cast<const char*>(row + blocks_ahead * qstride + c), _MM_HINT_T0);
+    const uint16_t* srow = scales + b * sstride;
+    for (int64_t c = 0; c < (G == 1 ? 1 : G * svalues * 2); c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(srow + blocks_ahead * sstride) + c, _MM_HINT_T0);
+#pragma GCC unroll 1
     for (int g = 0; g < G; ++g) {
+      const uint8_t* wb = row + g * qbytes;
+      const uint16_t* sb = srow + g * svalues;
       for (int h = 0; h < 2; ++h) {
         __m256i w[8];
-        unpack_half<Format>(row + g * qbytes, h, w);
-        const __m256i dot = half_dot<Format>(w, qx + b * 32, start);
-        const uint16_t* sb = srow + g * sbytes;
-        __m256& a = acc[2 * g + h];
-        a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), xd), half_scales(sb, 0, h), a);
-        if constexpr (has_min(Format)) a = _mm256_fmadd_ps(half_scales(sb, 1, h), _mm256_set1_ps(sx[b]), a);
+        unpack_half<Format>(wb, h, w);
+        const __m256 dw = half_scales(sb, 0, h);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const int64_t at = r * nb + b;
+          const __m256i start = offset ? _mm256_set1_epi32(-offset * sumx[at]) : _mm256_setzero_si256();
+          const __m256i dot = half_dot<Format>(w, qx + r * k + b * 32, start);
+          __m256& a = acc[2 * (R * g + r) + h];
+          a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx[at])), dw, a);
+          if constexpr (has_min(Format)) a = _mm256_fmadd_ps(half_scales(sb, 1, h), _mm256_set1_ps(sx[at]), a);
+        }
       }
     }
   }
