@@ -215,9 +215,11 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool simd, int64_t format) {
   const bool is_float = x.scalar_type() == at::kFloat;
   const void* data = x.data_ptr();
   at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
+    for (int64_t r = begin; r < end; ++r) {
+      int32_t* low = out.low.empty() ? nullptr : out.low.data() + r * nb;  // the super-block formats' only
       quantize_x_row(data, is_float, r, k, simd, format, out.q.data() + r * k, out.d.data() + r * nb,
-                     out.s.data() + r * nb, out.sum.data() + r * nb, out.low.data() + (out.low.empty() ? 0 : r * nb));
+                     out.s.data() + r * nb, out.sum.data() + r * nb, low);
+    }
   });
   return out;
 }
@@ -354,6 +356,11 @@ struct RepackedSets {
     return {first * group_qbytes + (g - first) * qbytes, first * group_scales + (g - first) * sbytes, count * qbytes,
             count * sbytes, first + count};
   }
+
+  // Whether group g begins a set of kSetGroups groups that ends by `end`: 2-4 rows of x read it as one stream.
+  bool whole_set(int64_t g, int64_t end) const {
+    return g % kSetGroups == 0 && g + kSetGroups <= std::min(end, groups);
+  }
 };
 #endif
 
@@ -377,15 +384,20 @@ constexpr int64_t scale_values() { return scale_rows_for(Format) * kGroup; }
 // over inputs 0-15 plus sc_hi (u - 32) . x over 16-31, exact integers (each term at most 16 x 63 x 127 x 128, a
 // super-block's eight blocks under 2^31): the super-block stays one integer until d and d_x scale it, as in
 // llama.cpp's dot product and the file-layout kernel. q3_K's so, with u - 4.
+// The block's values w against x's broadcast quads xq4, added to `low` over inputs 0-15 and to `high` over 16-31.
+inline void dot_halves(const __m512i* w, const __m512i* xq4, __m512i& low, __m512i& high) {
+  for (int i = 0; i < 4; ++i) {
+    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
+    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
+  }
+}
+
 template <int64_t Format>
 inline __m512i q6_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int32_t x_high, const uint16_t* record,
                         int64_t b) {
   constexpr int32_t offset = offset_per_16(Format);
   __m512i low = _mm512_set1_epi32(-offset * x_low), high = _mm512_set1_epi32(-offset * x_high);
-  for (int i = 0; i < 4; ++i) {
-    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
-    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
-  }
+  dot_halves(w, xq4, low, high);
   const uint8_t* sc = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
   const __m512i sc_low = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
   const __m512i sc_high = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
@@ -434,10 +446,7 @@ inline void q4k_block(__m512i dot, int32_t x_sum, const uint16_t* record, int64_
 inline void q2k_block(const __m512i* w, const __m512i* xq4, int32_t x_low, int32_t x_high, const uint16_t* record,
                       int64_t b, __m512i& whole, __m512i& mins) {
   __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
-  for (int i = 0; i < 4; ++i) {
-    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
-    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
-  }
+  dot_halves(w, xq4, low, high);
   const uint8_t* chunk = reinterpret_cast<const uint8_t*>(record) + 32 * (b % 8);
   const __m512i packed_low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
   const __m512i packed_high = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16)));
@@ -604,10 +613,7 @@ inline __m512i block_dot(const uint8_t* wb, const __m512i* xq4, __m512i start) {
   if constexpr (in_place) nibbles_in_place(wb, w);
   else values_vnni<Format>(wb, w);
   __m512i low = start, high = _mm512_setzero_si512();
-  for (int i = 0; i < 4; ++i) {
-    low = _mm512_dpbusd_epi32(low, w[i], xq4[i]);
-    high = _mm512_dpbusd_epi32(high, w[i + 4], xq4[i + 4]);
-  }
+  dot_halves(w, xq4, low, high);
   return _mm512_add_epi32(low, in_place ? _mm512_srai_epi32(high, 4) : high);
 }
 
@@ -928,9 +934,7 @@ struct Repacked {
       __m512 acc[kVnniRows * kSetGroups], up[kVnniRows * kSetGroups];
       const int rows = static_cast<int>(m);
       for (int64_t g = begin; g < end;) {
-        const GroupPlace at = w.place(g);
-        const bool whole = g % kSetGroups == 0 && at.set_end - g == kSetGroups && at.set_end <= end &&
-                           (!gated || (half + g) % kSetGroups == 0);
+        const bool whole = w.whole_set(g, end) && (!gated || w.whole_set(half + g, half + end));
         const int count = whole ? kSetGroups : 1;
         with_repacked_format(format, [&](auto f) {
           constexpr int64_t F = decltype(f)::value;
@@ -999,8 +1003,7 @@ struct Repacked {
       __m256 acc[2 * kAvx2Rows * kSetGroups];
       const int rows = static_cast<int>(m);
       for (int64_t g = begin; g < end;) {
-        const GroupPlace at = w.place(g);
-        const bool whole = g % kSetGroups == 0 && at.set_end - g == kSetGroups && at.set_end <= end;
+        const bool whole = w.whole_set(g, end);
         const int count = whole ? kSetGroups : 1;
         with_format(format, [&](auto f) { groups_avx2<decltype(f)::value>(w, g, xq, 0, rows, k, acc, whole); });
         for (int i = 0; i < count; ++i)
