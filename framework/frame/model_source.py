@@ -150,17 +150,20 @@ class ModelSource:
 
     @cached_property
     def hf_config(self) -> PretrainedConfig:
-        """The checkpoint's transformers config (reading one imports torch: transformers' config module does)."""
+        """The checkpoint's transformers config (reading one imports torch: transformers' config module does). A
+        GGUF's is rebuilt from its metadata once and read back as a plain ``PretrainedConfig`` holding every
+        attribute of its class (:mod:`frame.weights.full_config`), without importing that class."""
         from transformers import AutoConfig
 
+        from frame.weights.full_config import read_full_config, with_class_defaults
         from frame.weights.gguf_config import gguf_config
 
         if self.is_gguf:
             if not _frame_gguf_config(self._gguf_cache / "config.json"):
-                config = gguf_config(self.path)
+                config = with_class_defaults(gguf_config(self.path))
                 _save_into(self._gguf_cache, lambda folder: (folder / "config.json").write_text(json.dumps(config)),
                            last="config.json")
-            return AutoConfig.from_pretrained(self._gguf_cache)
+            return read_full_config(self._gguf_cache / "config.json")
         where, kwargs = self._hf_args()
         return AutoConfig.from_pretrained(where, **kwargs)
 

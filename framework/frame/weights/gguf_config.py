@@ -23,9 +23,9 @@ from frame.errors import UnsupportedModelError
 from frame.weights.gguf_file import metadata, read_gguf
 
 #: Marks a config.json frame wrote from a GGUF's metadata (an older cache entry, written by transformers' reader,
-#: lacks it and is rebuilt).
+#: lacks it and is rebuilt). Version 2 holds its transformers class's defaults too (:mod:`frame.weights.full_config`).
 MARKER = "frame_gguf_config"
-MARKER_VERSION = 1
+MARKER_VERSION = 2
 
 
 class Metadata:

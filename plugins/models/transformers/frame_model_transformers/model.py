@@ -19,6 +19,7 @@ from frame.interfaces.attention import AttentionBackend, AttentionMetadata, Atte
 from frame.interfaces.model import CausalLM, KVCacheSpec, WeightSource
 from frame.layers import check_common, head_layout, kv_cache_spec, layer_windows, rope_parameters
 from frame.parallel import parallel_context
+from frame.weights.full_config import concrete_config
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from frame_model_transformers.attention import NAME, Step, stepping
@@ -72,7 +73,9 @@ class TransformersModel(CausalLM):
                 "tensor_parallel_size 1.", param="tensor_parallel_size")
         self.specs = attention_specs(config)
         self.backends = backends
-        config = copy.deepcopy(config)
+        # A GGUF's config arrives as a plain PretrainedConfig holding its class's attributes
+        # (frame.weights.full_config); transformers' module tree needs it as that class.
+        config = concrete_config(config) if type(config) is PretrainedConfig else copy.deepcopy(config)
         try:  # the weights are loaded next: skip transformers' random initialisation
             from transformers.initialization import no_init_weights
         except ImportError:  # pragma: no cover - older transformers
