@@ -73,6 +73,7 @@ def main() -> int:
     parser.add_argument("--num-continuous-decode-steps", type=int, default=1,
                         help="the engine's num_continuous_decode_steps")
     parser.add_argument("--top", type=int, default=8, help="shared objects listed under 'outside'")
+    parser.add_argument("--top-kernels", type=int, default=0, help="the kernels' busiest symbols to list")
     args = parser.parse_args()
     console = Console()
     if shutil.which("perf") is None:
@@ -103,10 +104,15 @@ def main() -> int:
         child.wait()
     # Per thread, samples by (group, shared object).
     by_thread: dict[int, collections.Counter[tuple[str, str]]] = collections.defaultdict(collections.Counter)
+    kernel_symbols: collections.Counter[str] = collections.Counter()
     for line in script.splitlines():
         parts = line.split()  # tid, address, symbol (C++ names hold spaces), (shared object)
         if len(parts) >= 3 and parts[0].isdigit():
-            by_thread[int(parts[0])][classify(parts[-1], " ".join(parts[2:-1])), parts[-1]] += 1
+            symbol = " ".join(parts[2:-1])
+            group = classify(parts[-1], symbol)
+            by_thread[int(parts[0])][group, parts[-1]] += 1
+            if group == "kernels" and int(parts[0]) == child.pid:
+                kernel_symbols[symbol.replace("(anonymous namespace)", "").split("(")[0][:90]] += 1
     main_thread = by_thread.get(child.pid)
     if not main_thread:
         console.print("[red]perf caught no samples of the engine's thread[/red]")
@@ -124,6 +130,8 @@ def main() -> int:
     outside = sorted(((n, dso) for (group, dso), n in main_thread.items() if group == "outside"), reverse=True)
     for n, dso in outside[: args.top]:
         table.add_row(f"  {n / total:.1%}", f"  {Path(dso.strip('()')).name or 'no object (JIT code, vdso)'}")
+    for symbol, n in kernel_symbols.most_common(args.top_kernels):
+        table.add_row(f"  {n / total:.1%}", f"  kernel {symbol}")
     console.print(table)
     for tid, counts in sorted(by_thread.items()):
         if tid == child.pid:
