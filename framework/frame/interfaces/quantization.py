@@ -21,7 +21,7 @@ llama.cpp's rotary row order) works on packed weights unchanged.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -162,10 +162,20 @@ class PackedWeight(ABC):
         """Inputs ``[start, start + length)`` (tensor-parallel row splits); formats that cannot split raise."""
         raise ValueError(f"a {self.format} weight cannot be split along its inputs at {start}:{start + length}")
 
+    def resolved(self) -> PackedWeight:
+        """This weight with tensors of its own (itself, but for a weight that makes them on demand:
+        :class:`~frame.weights.reordered.ReorderedRows`)."""
+        return self
+
+    def file_views(self) -> Iterable[torch.Tensor]:
+        """The tensors that may view a file's memory map: a kernel that made its own copy gives their pages back."""
+        return self.tensors.values()
+
     @staticmethod
     def cat(parts: Sequence[PackedWeight]) -> PackedWeight | None:
         """The parts' rows one after another, or None when they differ in format or inputs (the caller keeps them
         dense then). One part is returned as it is (no copy: its blocks may be a file's memory map)."""
+        parts = [p.resolved() for p in parts]
         first = parts[0]
         if len(parts) == 1:
             return first

@@ -8,7 +8,7 @@ parts' dequantised rows stacked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -63,3 +63,6 @@ class MixedRows(PackedWeight):
 
     def narrow_inputs(self, start: int, length: int) -> PackedWeight:
         return MixedRows([p.narrow_inputs(start, length) for p in self.parts])
+
+    def file_views(self) -> Iterable[torch.Tensor]:
+        return [t for p in self.parts for t in p.file_views()]

@@ -14,8 +14,12 @@ import contextlib
 import ctypes
 import mmap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from frame.interfaces.quantization import PackedWeight
 
 
 def _file_mapping(start: int, end: int) -> bool:
@@ -72,3 +76,9 @@ def release_file_pages(tensor: torch.Tensor) -> int:
     if last <= first or not tensor.is_contiguous() or not _file_mapping(start, end):
         return 0
     return last - first if madvise(first, last - first) else 0
+
+
+def release_weight_pages(packed: PackedWeight, keep: torch.Tensor | None = None) -> int:
+    """:func:`release_file_pages` for each tensor of ``packed`` that may view a file (``PackedWeight.file_views``),
+    but the one ``keep`` reads in place (a kernel that reads the file's bytes where they lie)."""
+    return sum(release_file_pages(t) for t in packed.file_views() if keep is None or t.data_ptr() != keep.data_ptr())

@@ -7,7 +7,9 @@ head of Llama and Mistral for its own rotary layout; :func:`unpermute_rows` rest
 from __future__ import annotations
 
 import torch
+from frame.interfaces.quantization import PackedWeight
 from frame.weights.names import NameMap
+from frame.weights.reordered import ReorderedRows
 
 from frame_model_llama.args import LlamaArgs
 
@@ -29,12 +31,13 @@ def name_map(args: LlamaArgs, gguf: bool) -> NameMap:
     return NameMap.hf(args.num_layers, args.architecture, layer=HF_MIXTRAL, patterns=HF_MIXTRAL_EXPERTS)
 
 
-def unpermute_rows(tensor: torch.Tensor, heads: int) -> torch.Tensor:
-    """Undo llama.cpp's per-head interleaving of Q/K rows (``[a0, b0, a1, b1, ...]`` back to ``[a..., b...]``)."""
+def unpermute_rows(tensor: torch.Tensor | PackedWeight, heads: int) -> torch.Tensor | PackedWeight:
+    """Undo llama.cpp's per-head interleaving of Q/K rows (``[a0, b0, a1, b1, ...]`` back to ``[a..., b...]``). A
+    packed weight (rows of blocks) is reordered the same way, lazily: the file's rows stay in place and a copy in
+    this order is made only while a kernel is built or the reference reads it (``ReorderedRows``)."""
     rows = tensor.shape[0]
-    # As a row order, so that a quantization plugin's packed weight (rows of blocks) is reordered the same way.
     order = torch.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(1, 2).reshape(rows)
-    return tensor[order]
+    return ReorderedRows(tensor, order) if isinstance(tensor, PackedWeight) else tensor[order]
 
 
 def gguf_heads_to_unpermute(name: str, args: LlamaArgs) -> int | None:

@@ -9,7 +9,8 @@ import pytest
 import torch
 from frame.testing.gguf import llama_cpp_permute
 from frame.testing.model import TINY
-from frame.weights import open_weights
+from frame.weights import GGMLWeight, open_weights
+from frame.weights.reordered import ReorderedRows
 from frame_model_llama.args import LlamaArgs
 from frame_model_llama.loading import name_map, unpermute_rows
 from transformers import LlamaConfig
@@ -21,6 +22,16 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
         permuted = llama_cpp_permute(w, heads)
         assert not torch.equal(permuted, w)
         assert torch.equal(unpermute_rows(permuted, heads), w)
+
+
+def test_packed_qk_rows_are_reordered_without_a_copy_that_stays() -> None:
+    """A GGUF's packed Q/K rows keep the file's blocks: the Hugging Face order is made only when read."""
+    dense = torch.randn(8 * 16, 64)
+    permuted = GGMLWeight.quantized("q8_0", llama_cpp_permute(dense, 8))
+    restored = unpermute_rows(permuted, 8)
+    assert isinstance(restored, ReorderedRows) and restored.source is permuted
+    assert next(iter(restored.file_views())) is permuted.tensors["blocks"]
+    assert torch.equal(restored.dequantize(), GGMLWeight.quantized("q8_0", dense).dequantize())
 
 
 def test_names_map_to_layers_and_fused_parts() -> None:

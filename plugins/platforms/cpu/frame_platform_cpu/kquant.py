@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
-from frame.weights.pages import release_file_pages
+from frame.weights.pages import release_weight_pages
 
 from frame_platform_cpu import huge_pages, kernels, probe
 
@@ -54,8 +54,7 @@ def kquant_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: boo
     op = torch.ops.frame_cpu.kquant_linear.default
     source = packed.tensors["blocks"]  # the file's mapped bytes
     blocks = huge_pages.resident(source if source.stride(-1) == 1 else source.contiguous())
-    if blocks.data_ptr() != source.data_ptr():
-        release_file_pages(source)  # the copy on huge pages is what the kernel reads
+    release_weight_pages(packed, keep=blocks)  # unless the kernel reads the file's bytes in place
     float_bias = None if bias is None else bias.float().contiguous()
 
     def linear(x: torch.Tensor) -> torch.Tensor | None:

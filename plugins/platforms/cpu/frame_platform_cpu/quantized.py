@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 from frame.interfaces.quantization import PackedWeight
-from frame.weights.pages import release_file_pages
+from frame.weights.pages import release_weight_pages
 
 from frame_platform_cpu import huge_pages, kernels, kquant, probe, w8a8
 from frame_platform_cpu.repack import GGML_FORMATS, REPACKED_KQUANTS, repack_by_rows
@@ -56,19 +56,17 @@ def ggml_linear(packed: PackedWeight, bias: torch.Tensor | None, portable: bool 
     if packed.format in REPACKED_KQUANTS and not portable and vnni is not False and has_vnni() \
             and packed.in_features % 256 == 0 and kernels.unavailable_reason() is None:
         kernels.load()
-        source = packed.tensors["blocks"]
-        linear = _repacked_linear(source, REPACKED_KQUANTS[packed.format], bias)
-        release_file_pages(source)
+        linear = _repacked_linear(packed.tensors["blocks"], REPACKED_KQUANTS[packed.format], bias)
+        release_weight_pages(packed)
         return linear
     if packed.format in kquant.KQUANT_FORMATS:
         return kquant.kquant_linear(packed, bias, portable, vnni)
     fmt = GGML_FORMATS.get(packed.format)
     if fmt is None or packed.in_features % 32:
         return None
-    source = packed.tensors["blocks"]
-    linear = _block_linear(source, fmt, bias, portable, vnni)
+    linear = _block_linear(packed.tensors["blocks"], fmt, bias, portable, vnni)
     if getattr(linear, "own_copy", False):  # the kernel reads its own copy; the file's pages need not stay resident
-        release_file_pages(source)
+        release_weight_pages(packed)
     return linear
 
 
@@ -180,8 +178,7 @@ def mixed_linear(packed: PackedWeight, bias: torch.Tensor | None) -> Kernel | No
 
 def _release(parts: list[PackedWeight]) -> None:
     for part in parts:
-        for tensor in part.tensors.values():
-            release_file_pages(tensor)
+        release_weight_pages(part)
 
 
 def packed_layer_kernel(layer: torch.nn.Module, packed: PackedWeight, gated: bool) -> Kernel | None:
