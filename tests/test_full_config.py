@@ -1,4 +1,4 @@
-"""A GGUF's config, completed with its transformers class's defaults, reads back as that class would hold it."""
+"""A checkpoint's config, completed with its transformers class's defaults, reads back as that class would hold it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import sys
 
 import pytest
 from frame.weights import full_config
-from frame.weights.full_config import concrete_config, read_full_config, with_class_defaults, with_class_defaults_here
+from frame.weights.full_config import (
+    concrete_config,
+    folder_config,
+    read_full_config,
+    with_class_defaults,
+    with_class_defaults_here,
+)
 from frame.weights.gguf_config import ARCHITECTURES
 from transformers import AutoConfig, PretrainedConfig
 
@@ -68,3 +74,30 @@ def test_reading_a_gguf_config_leaves_transformers_config_class_unimported(tmp_p
         run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False)
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.strip() == "[]"
+
+
+def _folder(tmp_path, config: dict):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_folders_config_reads_back_plain_from_the_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
+    folder = _folder(tmp_path, {**_written("qwen2"), "architectures": ["Qwen2ForCausalLM"]})
+    plain = folder_config(folder)
+    assert type(plain) is PretrainedConfig and plain.hidden_act == "silu" and plain.use_sliding_window is False
+    assert plain.layer_types == ["full_attention"] * 4 and plain.architectures == ["Qwen2ForCausalLM"]
+    monkeypatch.setattr(full_config, "with_class_defaults", None)  # the second read is the cache's alone
+    assert folder_config(folder).to_dict() == plain.to_dict()
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "gemma3", "text_config": {"hidden_size": 64}},  # nests a text config of its own class
+    {**SIZES, "model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4}},
+    {**SIZES, "model_type": "frame-no-such-model"},
+], ids=["nested", "quantized", "unknown"])
+def test_a_folder_whose_config_a_plain_one_cannot_hold_is_left_to_autoconfig(config, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
+    assert folder_config(_folder(tmp_path, config)) is None

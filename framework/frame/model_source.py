@@ -151,11 +151,12 @@ class ModelSource:
     @cached_property
     def hf_config(self) -> PretrainedConfig:
         """The checkpoint's transformers config (reading one imports torch: transformers' config module does). A
-        GGUF's is rebuilt from its metadata once and read back as a plain ``PretrainedConfig`` holding every
-        attribute of its class (:mod:`frame.weights.full_config`), without importing that class."""
+        GGUF's is rebuilt from its metadata once, and both it and a folder's are read back as a plain
+        ``PretrainedConfig`` holding every attribute of their class (:mod:`frame.weights.full_config`), without
+        importing that class (AutoConfig where a class nests other configs, or with ``trust_remote_code``)."""
         from transformers import AutoConfig
 
-        from frame.weights.full_config import read_full_config, with_class_defaults
+        from frame.weights.full_config import folder_config, read_full_config, with_class_defaults
         from frame.weights.gguf_config import gguf_config
 
         if self.is_gguf:
@@ -164,6 +165,8 @@ class ModelSource:
                 _save_into(self._gguf_cache, lambda folder: (folder / "config.json").write_text(json.dumps(config)),
                            last="config.json")
             return read_full_config(self._gguf_cache / "config.json")
+        if not self.trust_remote_code and (plain := folder_config(self.path)) is not None:
+            return plain
         where, kwargs = self._hf_args()
         return AutoConfig.from_pretrained(where, **kwargs)
 

@@ -1,21 +1,26 @@
-"""A GGUF's rebuilt config, completed once with its transformers class's defaults and read back without that class.
+"""A checkpoint's config, completed once with its transformers class's defaults and read back without that class.
 
 transformers' config class for an architecture (``LlamaConfig``) holds defaults frame's families read where a
 config.json leaves them out (Llama's ``hidden_act``, Qwen2's ``layer_types``), but importing its module imports
 much of transformers (its activations, accelerate, the kernels hub, PIL: about 60 MiB resident and 0.6 s on a
-Zen 5, transformers 5). frame writes a GGUF's config.json itself (:mod:`frame.weights.gguf_config`), so it writes
-the class's every attribute there once, in a child process unless this one has imported the class already, and
-each later load reads it as a plain ``PretrainedConfig``: the engine that serves a GGUF never imports the module.
+Zen 5, transformers 5). So the class's every attribute is written out once, in a child process unless this one
+has imported the class already, and each later load reads them as a plain ``PretrainedConfig``: for a GGUF into
+the config.json frame writes from its metadata (:mod:`frame.weights.gguf_config`), for a Hugging Face folder into
+frame's cache (:func:`folder_config`). An engine serving either never imports the class's module.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from frame.paths import cache_root
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -28,6 +33,8 @@ def with_class_defaults_here(config: dict[str, Any]) -> dict[str, Any]:
 
     fields = dict(config)
     built = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    if getattr(type(built), "sub_configs", None):  # a text_config of its own class: a plain config cannot hold it
+        return {"frame_nests_configs": True}
     full = built.to_dict()
     for alias, name in type(built).attribute_map.items():
         if name in full:
@@ -61,11 +68,40 @@ def with_class_defaults(config: dict[str, Any]) -> dict[str, Any]:
     return json.loads(child.stdout)
 
 
+def folder_config(folder: Path) -> PretrainedConfig | None:
+    """A Hugging Face folder's config.json as its class holds it, read as a plain config from frame's cache (written
+    once per distinct config.json and transformers version, keyed by a sha256 digest of both); None, for the
+    caller to use AutoConfig, where the class nests configs of other classes (a vision model's ``text_config``),
+    the file declares a quantization (its ``quantization_config`` stays transformers' to read) or names no model
+    type transformers knows."""
+    import transformers
+
+    raw = (folder / "config.json").read_bytes()
+    key = hashlib.sha256(raw + transformers.__version__.encode()).hexdigest()[:24]
+    cached = cache_root() / "configs" / f"{key}.json"
+    if not cached.is_file():
+        config = json.loads(raw)
+        known = isinstance(config, dict) and isinstance(config.get("model_type"), str) and \
+            "quantization_config" not in config and "auto_map" not in config
+        try:
+            full = with_class_defaults(config) if known else {"frame_nests_configs": True}
+        except (RuntimeError, ValueError, KeyError):  # a model type this transformers does not know
+            full = {"frame_nests_configs": True}
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        staging = cached.with_name(f".{cached.name}.{os.getpid()}")
+        staging.write_text(json.dumps(full))
+        os.replace(staging, cached)  # a process reading the cache sees no file or a whole one
+    return None if "frame_nests_configs" in json.loads(cached.read_text()) else read_full_config(cached)
+
+
 def read_full_config(file: Path) -> PretrainedConfig:
     """A config.json :func:`with_class_defaults` wrote, as a plain ``PretrainedConfig`` (the class not imported)."""
     from transformers import PretrainedConfig
 
-    return PretrainedConfig.from_dict(json.loads(file.read_text()))
+    data = json.loads(file.read_text())
+    if "frame_nests_configs" in data:
+        raise ValueError(f"{file} holds no plain config: its class nests configs of other classes")
+    return PretrainedConfig.from_dict(data)
 
 
 def concrete_config(config: PretrainedConfig) -> PretrainedConfig:
