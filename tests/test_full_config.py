@@ -101,3 +101,26 @@ def test_a_folders_config_reads_back_plain_from_the_cache(tmp_path, monkeypatch)
 def test_a_folder_whose_config_a_plain_one_cannot_hold_is_left_to_autoconfig(config, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
     assert folder_config(_folder(tmp_path, config)) is None
+
+
+#: Configs as Hub checkpoints write them: rope scaling in its older key, a longrope's factors, a window.
+HUB_STYLE = {
+    "llama3": {**SIZES, "model_type": "llama", "rope_theta": 500000.0, "tie_word_embeddings": True,
+               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+    "phi3_longrope": {**SIZES, "model_type": "phi3", "original_max_position_embeddings": 256, "sliding_window": 128,
+                      "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}},
+    "mistral_window": {**SIZES, "model_type": "mistral", "sliding_window": 64, "head_dim": 16},
+}
+
+
+@pytest.mark.parametrize("name", sorted(HUB_STYLE))
+def test_a_hub_style_config_reads_back_as_its_class_would(name: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
+    config = HUB_STYLE[name]
+    plain = folder_config(_folder(tmp_path, config))
+    fields = dict(config)
+    reference = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    for key in reference.to_dict():
+        if key not in ("model_type", "transformers_version", "use_cache"):
+            assert getattr(plain, key) == getattr(reference, key), key
