@@ -25,6 +25,10 @@ from frame.paths import cache_root
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+#: What the cache holds for a config a plain one cannot stand for (a class nesting other configs' classes, a
+#: declared quantization, an unknown model type): the caller reads it through AutoConfig.
+NOT_PLAIN = "frame_nests_configs"
+
 
 def with_class_defaults_here(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` as its transformers class holds it (defaults filled in), with each alias the class maps (GPT-2's
@@ -34,7 +38,7 @@ def with_class_defaults_here(config: dict[str, Any]) -> dict[str, Any]:
     fields = dict(config)
     built = AutoConfig.for_model(fields.pop("model_type"), **fields)
     if getattr(type(built), "sub_configs", None):  # a text_config of its own class: a plain config cannot hold it
-        return {"frame_nests_configs": True}
+        return {NOT_PLAIN: True}
     full = built.to_dict()
     for alias, name in type(built).attribute_map.items():
         if name in full:
@@ -84,23 +88,28 @@ def folder_config(folder: Path) -> PretrainedConfig | None:
         known = isinstance(config, dict) and isinstance(config.get("model_type"), str) and \
             "quantization_config" not in config and "auto_map" not in config
         try:
-            full = with_class_defaults(config) if known else {"frame_nests_configs": True}
+            full = with_class_defaults(config) if known else {NOT_PLAIN: True}
         except (RuntimeError, ValueError, KeyError):  # a model type this transformers does not know
-            full = {"frame_nests_configs": True}
+            full = {NOT_PLAIN: True}
         cached.parent.mkdir(parents=True, exist_ok=True)
         staging = cached.with_name(f".{cached.name}.{os.getpid()}")
         staging.write_text(json.dumps(full))
         os.replace(staging, cached)  # a process reading the cache sees no file or a whole one
-    return None if "frame_nests_configs" in json.loads(cached.read_text()) else read_full_config(cached)
+    data = json.loads(cached.read_text())
+    return None if NOT_PLAIN in data else _plain(data)
 
 
 def read_full_config(file: Path) -> PretrainedConfig:
     """A config.json :func:`with_class_defaults` wrote, as a plain ``PretrainedConfig`` (the class not imported)."""
+    data = json.loads(file.read_text())
+    if NOT_PLAIN in data:
+        raise ValueError(f"{file} holds no plain config: its class nests configs of other classes")
+    return _plain(data)
+
+
+def _plain(data: dict[str, Any]) -> PretrainedConfig:
     from transformers import PretrainedConfig
 
-    data = json.loads(file.read_text())
-    if "frame_nests_configs" in data:
-        raise ValueError(f"{file} holds no plain config: its class nests configs of other classes")
     return PretrainedConfig.from_dict(data)
 
 
