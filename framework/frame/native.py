@@ -5,6 +5,9 @@ first call compiles its sources with torch's extension builder (ninja and a C++ 
 ``$FRAME_CACHE_DIR/kernels/<name>-<digest>`` (default ``~/.cache/frame``); the digest pins the sources, the
 flags, torch's version and the CPU's feature flags, so any change rebuilds and later processes just load.
 
+Every build has the core's headers on its include path (:data:`INCLUDE_DIR`): ``frame/team_form.h``, the contract by
+which one library's op runs on the threads of another's parallel region (docs/plugins.md, "Native team forms").
+
 ``FRAME_CPU_DISABLE`` (``/proc/cpuinfo`` flag names, comma-separated, e.g. ``avx512_bf16`` or ``avx512f``) makes
 this machine stand in for a lesser CPU class: :func:`cpu_flags` leaves those flags out (and those that need them),
 and every library is built without their instructions (``-mno-avx512bf16`` ...). The kernels and probes of that
@@ -27,6 +30,9 @@ import torch
 
 from frame.errors import ConfigError
 from frame.paths import cache_root
+
+#: Headers the core offers native plugin code (``#include <frame/team_form.h>``): on every library's include path.
+INCLUDE_DIR = Path(__file__).parent / "include"
 
 _lock = threading.Lock()
 _loaded: set[str] = set()
@@ -101,8 +107,8 @@ def build_directory(name: str, sources: Sequence[Path], cflags: Sequence[str]) -
     """Where ``sources`` (and the ``.h`` files beside them) built with ``cflags`` for this torch and this CPU live."""
     digest = hashlib.sha256()
     flags = " ".join([*cflags, *_without_switches(), "-fopenmp"])
-    # Headers beside the sources are part of the build too: editing one must rebuild.
-    headers = sorted({h for s in sources for h in s.parent.glob("*.h")})
+    # Headers beside the sources and the core's are part of the build too: editing one must rebuild.
+    headers = sorted({h for s in sources for h in s.parent.glob("*.h")} | set(INCLUDE_DIR.rglob("*.h")))
     for part in (*(f.read_bytes() for f in (*sources, *headers)), flags.encode(), torch.__version__.encode(),
                  platform.machine().encode(), (" ".join(sorted(cpu_flags())) or platform.processor()).encode()):
         digest.update(part)
@@ -144,7 +150,8 @@ def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> N
             # already loaded, so both share one thread pool.
             cpp_extension.load(name=name, sources=[str(s) for s in sources],
                                extra_cflags=[*cflags, *_without_switches(), "-fopenmp"],
-                               extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
+                               extra_ldflags=["-fopenmp"], extra_include_paths=[str(INCLUDE_DIR)],
+                               build_directory=str(directory), is_python_module=False,
                                verbose=False)
         _loaded.add(name)
 

@@ -274,6 +274,7 @@ def test_packed_float32_rows_do_not_depend_on_their_batch() -> None:
 def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_torch() -> None:
     from frame.layers import SwiGLUProjection
 
+    torch.manual_seed(0)
     platform = CpuPlatform(CpuOptions())
     linear = Linear(32, 48, True, torch.device("cpu"), torch.float32)
     linear.weight.data.normal_()
@@ -286,7 +287,8 @@ def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_t
     swiglu.weight.data.normal_()
     fused = platform.layer_kernel(swiglu)
     gate, up = F.linear(x, swiglu.weight).chunk(2, dim=-1)
-    torch.testing.assert_close(fused(x), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
+    # The kernel's SiLU takes its own exp polynomial: unseeded draws once found an element 4e-5 away in relative terms.
+    torch.testing.assert_close(fused(x), F.silu(gate) * up, rtol=1e-4, atol=1e-4)
     odd = Linear(32, 40, False, torch.device("cpu"), torch.float32)
     assert platform.layer_kernel(odd) is None
     assert CpuPlatform(CpuOptions(native_kernels=False)).layer_kernel(linear) is None

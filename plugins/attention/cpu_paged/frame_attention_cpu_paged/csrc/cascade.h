@@ -36,7 +36,11 @@ struct Cascade {
   std::vector<PrefixWork> work;
   std::vector<int32_t> slot;      // per sequence: its rows' place in `state`, or -1 when it is in no group
   std::vector<int64_t> shared;    // per sequence: keys its group covers
-  std::vector<float> state;       // per slot, KV head and grouped head: D accumulators, max, sum
+  // Per slot, KV head and grouped head: D accumulators, max, sum. The pieces that save a state and the item that
+  // resumes from it may run on different threads, so a team's call keeps it in the team's scratch (place_state).
+  float* state = nullptr;
+  size_t state_floats = 0;
+  std::vector<float> own_state;  // where it lies when the call runs on torch's threads
   int64_t kv_heads, groups_per_kv;
 
   static constexpr int64_t kRowFloats = D + 2;
@@ -92,12 +96,21 @@ struct Cascade {
         for (int32_t h = 0; h < kv_heads; ++h) work.push_back({static_cast<int32_t>(groups.size()), h, 0, 1});
         groups.push_back(Group{{seq}, keys});
       }
-    state.assign(static_cast<size_t>(next_slot) * kv_heads * groups_per_kv * kRowFloats, 0.0f);
+    state_floats = static_cast<size_t>(next_slot) * kv_heads * groups_per_kv * kRowFloats;
+  }
+
+  // Keeps the saved states in `shared` (state_floats of them, from a team's scratch), or in own_state when null.
+  void place_state(float* shared) {
+    if (shared == nullptr) {
+      own_state.assign(state_floats, 0.0f);
+      shared = own_state.data();
+    }
+    state = shared;
   }
 
   // The saved state of grouped head g of KV head h of sequence seq (which must be in a group).
   float* row(int32_t seq, int64_t h, int64_t g) {
-    return state.data() + ((slot[seq] * kv_heads + h) * groups_per_kv + g) * kRowFloats;
+    return state + ((slot[seq] * kv_heads + h) * groups_per_kv + g) * kRowFloats;
   }
 };
 

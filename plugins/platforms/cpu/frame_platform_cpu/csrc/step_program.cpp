@@ -7,12 +7,14 @@
 // attention backend's) through the dispatcher with a boxed stack, as TorchScript's interpreter would, without the
 // interpreter's per-instruction work.
 //
-// A stretch of direct calls with at least two anchors among them (products a team splits: direct_ops.h's Stretch;
-// a layer's output projection, norm, SwiGLU, down projection, norm, QKV and rotary, between two attention calls)
-// runs in one parallel region: every thread walks the stretch, a call with a binder gives each thread its share,
-// any other runs on the first thread, and the threads meet at a spin barrier after each. Each linear opening and
-// closing its own OpenMP region cost 3-4 us a call with the threads on two Zen 4 CCDs (the worker starting 1.2 us
-// late, a futex wake at each libgomp barrier); a spin barrier costs the cache line's round trip.
+// A stretch of direct calls and team forms with at least two anchors among them (products a team splits:
+// direct_ops.h's Stretch) runs in one parallel region: every thread walks the stretch, a call with a binder gives
+// each thread its share, any other direct call runs on the first thread, and the threads meet at a spin barrier
+// after each. Each linear opening and closing its own OpenMP region cost 3-4 us a call with the threads on two Zen 4
+// CCDs (the worker starting 1.2 us late, a futex wake at each libgomp barrier); a spin barrier costs the cache
+// line's round trip. An op of another library joins a stretch through its team form (<frame/team_form.h>): the
+// attention backend's, so that a decode step whose attention has one is a single region from its first layer's
+// QKV projection to the logits, rather than two regions a layer (the layer's linears, then the attention's own).
 
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,11 +24,14 @@
 
 #include "direct_ops.h"
 
+#include <frame/team_form.h>
+
 #include <ATen/Parallel.h>
 #include <omp.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -84,6 +89,30 @@ struct TeamShared {
   std::vector<uint8_t>* scratch;
 };
 
+namespace {
+
+uint8_t* aligned(std::vector<uint8_t>& buffer) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+}
+
+// A team form's frame::Team (<frame/team_form.h>) over a stretch's team.
+void form_sync(const frame::Team& team) {
+  if (team.threads > 1) static_cast<TeamShared*>(team.context)->barrier.wait(team.threads);
+}
+
+void* form_scratch(const frame::Team& team, size_t bytes) {
+  auto& buffer = *static_cast<TeamShared*>(team.context)->scratch;
+  // The team met after the previous call, so nobody reads the buffer while the first thread zeroes it.
+  if (team.thread == 0) {
+    if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+    std::memset(aligned(buffer), 0, bytes);
+  }
+  form_sync(team);
+  return aligned(buffer);
+}
+
+}  // namespace
+
 void team_sync(const Team& team) {
   if (team.shared != nullptr && team.threads > 1) team.shared->barrier.wait(team.threads);
 }
@@ -100,8 +129,7 @@ void* team_scratch(const Team& team, size_t bytes) {
     if (team.thread == 0 && buffer->size() < bytes) buffer->resize(bytes);
     team_sync(team);
   }
-  const auto address = reinterpret_cast<uintptr_t>(buffer->data());
-  return reinterpret_cast<void*>((address + 63) & ~uintptr_t{63});
+  return aligned(*buffer);
 }
 
 namespace {
@@ -111,6 +139,7 @@ enum class ListKind { kNone, kTensors, kOptionalTensors };
 struct Instruction {
   std::optional<c10::OperatorHandle> op;  // empty: a copy of one value into a slot (a rename, `detach`)
   DirectOp direct = nullptr;
+  frame::TeamForm team_form = nullptr;    // another library's op that a team runs together (<frame/team_form.h>)
   BindOp bind = nullptr;                  // the direct op's binder (direct_ops.h): its share for a team's thread
   bool anchors = false;                   // its binder's Stretch::kAnchors: two of them make a team stretch
   std::vector<c10::IValue> constants;     // per argument: its value, or None where it reads a slot
@@ -147,6 +176,9 @@ class StepProgram : public torch::CustomClassHolder {
         instruction.anchors = bind->second.stretch == Stretch::kAnchors;
       }
     }
+    if (instruction.direct == nullptr && writes.empty() && constants.size() <= kMaxDirectArgs &&
+        (overload.empty() || overload == "default"))
+      instruction.team_form = find_team_form(name);
     const auto& returns = instruction.op->schema().returns();
     instruction.unpacks = returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType;
     instruction.constants = std::move(constants);
@@ -177,6 +209,20 @@ class StepProgram : public torch::CustomClassHolder {
     instruction.writes.push_back(to);
     instruction.list = optional ? ListKind::kOptionalTensors : ListKind::kTensors;
     code_.push_back(std::move(instruction));
+  }
+
+  // How many calls a team runs through their team forms.
+  int64_t num_team_forms() const {
+    int64_t n = 0;
+    for (const auto& instruction : code_) n += instruction.team_form != nullptr;
+    return n;
+  }
+
+  // Whether calls with a team form join the team stretches (true at first); off, the program leaves the region
+  // for them and calls them through the dispatcher (the op then opens its own).
+  void set_team_forms(bool on) {
+    team_forms_ = on;
+    team_ends_.clear();  // planned again
   }
 
   // What run() returns: slot `slot`, or `value` where slot is -1 (a planned output buffer).
@@ -230,7 +276,8 @@ class StepProgram : public torch::CustomClassHolder {
       if (teams_ && team_ends_[i] != 0) end = team_ends_[i];
       std::string line = code_[i].op ? code_[i].op->schema().name() : std::string("(copy)");
       if (i < end)
-        line += std::string(" team") + (is_bound_[i] ? " bound" : "") + (alone(i) ? " alone" : " shared") +
+        line += std::string(" team") + (is_bound_[i] ? " bound" : "") + (joins(code_[i]) ? " form" : "") +
+                (alone(i) ? " alone" : " shared") +
                 (i + 1 < end && needs_barrier(i) ? " barrier" : "");
       lines.push_back(line);
     }
@@ -309,7 +356,7 @@ class StepProgram : public torch::CustomClassHolder {
     bound_.assign(code_.size(), BoundCall{});
     for (size_t i = 0; i < code_.size();) {
       size_t end = i, shared = 0;
-      while (end < code_.size() && code_[end].direct != nullptr) shared += code_[end++].anchors;
+      while (end < code_.size() && (code_[end].direct != nullptr || joins(code_[end]))) shared += code_[end++].anchors;
       if (shared >= 2) {
         team_ends_[i] = end;
         for (size_t j = i; j < end; ++j) is_bound_[j] = bind(code_[j], bound_[j]);
@@ -345,7 +392,18 @@ class StepProgram : public torch::CustomClassHolder {
       const Team team{omp_get_thread_num(), omp_get_num_threads(), &shared};
       for (size_t i = begin; i < end; ++i) {
         const Instruction& instruction = code_[i];
-        if (!failed.load(std::memory_order_relaxed) && bound_on_ && is_bound_[i]) {  // checked when bound: no throw
+        if (instruction.team_form != nullptr) {
+          // A barrier came before this call (it is not alone), so every thread reads the same `failed` here.
+          if (!failed.load(std::memory_order_relaxed)) {
+            try {
+              const c10::IValue* args[kMaxDirectArgs];
+              for (size_t j = 0; j < instruction.constants.size(); ++j) args[j] = value(instruction, j);
+              instruction.team_form(args, frame::Team{team.thread, team.threads, &shared, form_sync, form_scratch});
+            } catch (...) {
+              if (!failed.exchange(true)) error = std::current_exception();
+            }
+          }
+        } else if (!failed.load(std::memory_order_relaxed) && bound_on_ && is_bound_[i]) {  // checked when bound: no throw
           run_bound(bound_[i], team);
         } else if (!failed.load(std::memory_order_relaxed)) {
           try {
@@ -377,8 +435,25 @@ class StepProgram : public torch::CustomClassHolder {
   // A call of a team stretch the first thread runs whole: one without a binder (its direct form), or one bound
   // to a record that is not shared. Calls bound at each run may come out either way, so they count as shared.
   bool alone(size_t i) const {
+    if (joins(code_[i])) return false;
     if (code_[i].bind == nullptr) return true;
     return bound_on_ && is_bound_[i] && !bound_[i].shared;
+  }
+
+  // A call of another library that team stretches take in (and which the team then runs through its form).
+  bool joins(const Instruction& instruction) const { return team_forms_ && instruction.team_form != nullptr; }
+
+  // The team form the op `name` offers through `<name>_team_form` (<frame/team_form.h>), or null: none, or one
+  // built against another version of the contract.
+  static frame::TeamForm find_team_form(const std::string& name) {
+    const auto handle = c10::Dispatcher::singleton().findSchema({name + "_team_form", ""});
+    if (!handle.has_value() || !handle->schema().arguments().empty()) return nullptr;
+    std::vector<c10::IValue> stack;
+    handle->callBoxed(stack);
+    if (stack.size() != 1 || !stack[0].isIntList()) return nullptr;
+    const std::vector<int64_t> form = stack[0].toIntVector();
+    if (form.size() != 2 || form[0] != frame::kTeamFormVersion || form[1] == 0) return nullptr;
+    return reinterpret_cast<frame::TeamForm>(static_cast<intptr_t>(form[1]));
   }
 
   static void run_bound(const BoundCall& call, const Team& team) {
@@ -421,6 +496,7 @@ class StepProgram : public torch::CustomClassHolder {
   std::vector<uint8_t> scratch_;  // what team ops share within a call (team_scratch)
   bool teams_ = true;
   bool bound_on_ = true;
+  bool team_forms_ = true;
   std::vector<c10::IValue> stack_;
   c10::IValue output_;
   int64_t output_slot_ = -1;
@@ -443,6 +519,8 @@ TORCH_LIBRARY_FRAGMENT(frame_cpu, m) {
       .def("num_barriers", &frame_cpu::StepProgram::num_barriers)
       .def("describe", &frame_cpu::StepProgram::describe)
       .def("set_bound", &frame_cpu::StepProgram::set_bound)
+      .def("num_team_forms", &frame_cpu::StepProgram::num_team_forms)
+      .def("set_team_forms", &frame_cpu::StepProgram::set_team_forms)
       .def("num_bound", &frame_cpu::StepProgram::num_bound)
       .def("run", &frame_cpu::StepProgram::run);
 }
