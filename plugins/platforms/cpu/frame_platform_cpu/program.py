@@ -13,9 +13,10 @@ op that returned its input is left out, ``detach`` is a copy of the handle, a vi
 root where a non-view reads it.
 
 A stretch of direct calls with two or more anchors among them (``csrc/direct_ops.h``'s ``Stretch``: a layer's
-linears, with its norms and rotary between two attention calls) runs in one parallel region, the threads meeting at
-a spin barrier after each call, rather than each kernel opening its own (``teams``, the platform's ``step_teams``
-option).
+linears, with its norms and rotary) runs in one parallel region, the threads meeting at a spin barrier after each
+call, rather than each kernel opening its own (``teams``, the platform's ``step_teams`` option). An op of another
+library that offers a team form (``frame/team_form.h``: the cpu_paged attention's ``forward``) joins the stretch and
+runs on its threads, so a decode step is one region (``set_team_forms(False)`` on the program leaves them out).
 """
 
 from __future__ import annotations
