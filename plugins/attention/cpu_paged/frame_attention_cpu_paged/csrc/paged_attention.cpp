@@ -42,7 +42,8 @@ using namespace frame_cpu_paged;
 
 #if defined(__AVX512BF16__)
 // A single stream's decode whose keys the cascade split over the threads (one piece per KV head): the pieces and
-// then the item that resumes from them, in one parallel region. Whoever finishes the last piece runs the item, where
+// then the item that resumes from them, in one parallel region (torch's, or the team's that runs the op's team
+// form). Whoever finishes the last piece runs the item, where
 // two regions made the other thread wait through the item at a second barrier (and libgomp pays a futex wake per
 // barrier): 30 fewer regions a SmolLM2 token. The same work in the same order, so the same bits.
 template <int D>
