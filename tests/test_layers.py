@@ -97,10 +97,12 @@ def test_platform_kernels_attach_and_serve() -> None:
     assert torch.equal(model.proj(x), torch.full((2, 3), 7.0))
     out, summed = model.norm(x, x)
     assert torch.equal(out, torch.full((2, 4), 9.0)) and torch.equal(summed, x)
-    # Without a residual, and when the kernel declines, the reference runs.
-    assert not torch.equal(model.norm(x)[0], torch.full((2, 4), 9.0))
+    # Without a residual the kernel is asked too (residual None); when it declines, the reference runs.
+    out, summed = model.norm(x)
+    assert torch.equal(out, torch.full((2, 4), 9.0)) and summed is x
     platform.norm_declines = True
     assert torch.equal(model.norm(x, x)[1], x + x)
+    assert not torch.equal(model.norm(x)[0], torch.full((2, 4), 9.0))
 
 
 def test_a_platform_without_kernels_leaves_torch_in_place() -> None:

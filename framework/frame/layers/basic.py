@@ -146,8 +146,9 @@ class RMSNorm(KernelLayer):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``."""
-        if residual is not None and self.kernel is not None:
+        """``(norm(x + residual), x + residual)``; without ``residual``, ``(norm(x), x)``. A platform's kernel is
+        called as ``kernel(x, residual)``, ``residual`` None for a norm without one, and returns None to decline."""
+        if self.kernel is not None:
             fused = self.kernel(x, residual)
             if fused is not None:
                 return fused

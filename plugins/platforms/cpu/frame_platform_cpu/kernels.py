@@ -200,14 +200,16 @@ NATIVE_ACTIVATIONS = (torch.bfloat16, torch.float32)
 
 
 def fused_add_rms_norm(weight: torch.Tensor, eps: float):
-    """Residual add plus RMSNorm in one native pass for bfloat16 or float32 rows of the weight's dtype; None
-    (torch's path) for others."""
+    """Residual add plus RMSNorm in one native pass for bfloat16 or float32 rows of the weight's dtype (without a
+    residual, the norm alone: a model's first); None (torch's path) for others."""
     load()
-    op = torch.ops.frame_cpu.add_rms_norm.default
+    op, plain = torch.ops.frame_cpu.add_rms_norm.default, torch.ops.frame_cpu.plain_rms_norm.default
 
-    def norm(x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if x.dtype != weight.dtype or residual.dtype != x.dtype or x.dim() != 2:
+    def norm(x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if x.dtype != weight.dtype or x.dim() != 2 or (residual is not None and residual.dtype != x.dtype):
             return None
+        if residual is None:
+            return plain(x, weight, eps), x
         return op(x, residual, weight, eps)
 
     return norm

@@ -31,6 +31,7 @@ INTO: dict[str, str] = {
     "frame_cpu::packed_linear_float": "packed_linear_float_into",
     "frame_cpu::packed_swiglu": "packed_swiglu_into",
     "frame_cpu::add_rms_norm": "add_rms_norm_into",
+    "frame_cpu::plain_rms_norm": "plain_rms_norm_into",
     "frame_cpu::ggml_linear_repacked": "ggml_linear_repacked_into",
     "frame_cpu::ggml_swiglu_repacked": "ggml_swiglu_repacked_into",
     "frame_cpu::kquant_linear": "kquant_linear_into",

@@ -134,6 +134,26 @@ def test_fused_norm_equals_the_reference_but_for_summation_order(rows: int) -> N
     torch.testing.assert_close(fused[0].float(), expected_out.float(), rtol=8e-3, atol=8e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_norm_without_a_residual_is_the_fused_norm_over_a_residual_of_zeros(dtype: torch.dtype, rows: int) -> None:
+    # A model's first norm (no residual yet) takes plain_rms_norm: the same rounding as add_rms_norm's output with
+    # zeros added, the row itself handed back as the residual, as the reference does.
+    norm = RMSNorm(576, 1e-5, torch.device("cpu"), dtype)
+    norm.weight.data.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
+    x = (torch.randn(rows, 576, generator=torch.Generator().manual_seed(rows)) * 3).to(dtype)
+    kernel = kernels.fused_add_rms_norm(norm.weight, 1e-5)
+    plain = kernel(x, None)
+    assert plain is not None and plain[1] is x
+    assert torch.equal(plain[0], kernel(x, torch.zeros_like(x))[0])
+    expected, _ = norm.reference(x)
+    tolerance = {"rtol": 8e-3, "atol": 8e-3} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(plain[0].float(), expected.float(), **tolerance)
+    out = torch.empty_like(x)
+    torch.ops.frame_cpu.plain_rms_norm_into(x, norm.weight, 1e-5, out)
+    assert torch.equal(out, plain[0])
+
+
 def test_the_fused_norms_rounded_sum_is_torchs_for_every_kind_of_value() -> None:
     """The residual sum goes through the kernels' float32 -> bfloat16 rounding alone (vcvtneps2bf16, or the integer
     version on CPUs without AVX-512 BF16): ties to even, overflow to infinity, NaN; denormals only where torch keeps
