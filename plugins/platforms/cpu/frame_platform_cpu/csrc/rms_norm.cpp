@@ -176,6 +176,15 @@ NormRows norm_rows(const at::Tensor& x, const at::Tensor& residual, const at::Te
                   x.size(0), x.size(1), static_cast<float>(eps), x.scalar_type() == at::kFloat};
 }
 
+// Checked contiguous operands of a norm without a residual as NormRows.
+NormRows plain_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& out) {
+  check_plain_inputs(x, weight);
+  TORCH_CHECK(out.sizes() == x.sizes() && out.is_contiguous() && out.scalar_type() == x.scalar_type(),
+              "out must be a contiguous tensor of x's shape and dtype");
+  return NormRows{x.data_ptr(), nullptr, weight.data_ptr(), out.data_ptr(), nullptr, x.size(0), x.size(1),
+                  static_cast<float>(eps), x.scalar_type() == at::kFloat};
+}
+
 // `into`: the (normed, summed) pair to write (add_rms_norm_into, a replayed step's planned buffers), else new ones.
 std::tuple<at::Tensor, at::Tensor> add_rms_norm_impl(const at::Tensor& x, const at::Tensor& residual,
                                                      const at::Tensor& weight, double eps,
@@ -206,10 +215,7 @@ at::Tensor plain_rms_norm_impl(const at::Tensor& x, const at::Tensor& weight, do
   check_plain_inputs(x, weight);
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
   const at::Tensor out = into != nullptr ? *into : at::empty_like(xc);
-  TORCH_CHECK(out.sizes() == xc.sizes() && out.is_contiguous() && out.scalar_type() == xc.scalar_type(),
-              "out must be a contiguous tensor of x's shape and dtype");
-  const NormRows rows{xc.data_ptr(), nullptr, wc.data_ptr(), out.data_ptr(), nullptr, xc.size(0), xc.size(1),
-                      static_cast<float>(eps), xc.scalar_type() == at::kFloat};
+  const NormRows rows = plain_norm_rows(xc, wc, eps, out);
   at::parallel_for(0, rows.rows, 16, [&](int64_t begin, int64_t end) { rows.run(begin, end); });
   return out;
 }
@@ -230,11 +236,7 @@ const frame_cpu::RegisterBind bind_plain_rms_norm("frame_cpu::plain_rms_norm_int
                                                   [](const c10::IValue* const* a, frame_cpu::BoundCall& call) {
   const at::Tensor &x = a[0]->toTensor(), &weight = a[1]->toTensor(), &out = a[3]->toTensor();
   if (!x.is_contiguous() || !weight.is_contiguous()) return false;
-  check_plain_inputs(x, weight);
-  TORCH_CHECK(out.sizes() == x.sizes() && out.is_contiguous() && out.scalar_type() == x.scalar_type(),
-              "out must be a contiguous tensor of x's shape and dtype");
-  frame_cpu::bind_shares(call, NormRows{x.data_ptr(), nullptr, weight.data_ptr(), out.data_ptr(), nullptr, x.size(0),
-                                        x.size(1), static_cast<float>(a[2]->toDouble()), x.scalar_type() == at::kFloat});
+  frame_cpu::bind_shares(call, plain_norm_rows(x, weight, a[2]->toDouble(), out));
   return true;
 }, frame_cpu::Stretch::kJoins);
 
