@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from typing import TYPE_CHECKING, Any
 
+import torch
 from rich.console import Console
 from rich.progress import Progress
 
@@ -158,7 +159,9 @@ class LLM:
 
     def _run(self, order: list[str], use_tqdm: bool) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
-        with Progress(console=Console(stderr=True), disable=not use_tqdm, transient=True) as progress:
+        # Inference mode once for the whole run, not once a step (ModelRunner.execute).
+        with Progress(console=Console(stderr=True), disable=not use_tqdm, transient=True) as progress, \
+                torch.inference_mode():
             task = progress.add_task("generating", total=len(order))
             while self.engine.has_unfinished():
                 processed = self.processor.process(self.engine.step())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import torch
 
 from frame.bench.metrics import RequestTiming, summarize
 from frame.engine.client.sync import DataParallelEngine
@@ -73,6 +74,12 @@ def drive(engine: Engine, requests: Sequence[WorkloadRequest],
     requests are all submitted at once, so TTFT includes queueing behind the rest of the wave.
     ``on_tokens(n)`` is called with the number of new tokens after every step (progress bars).
     """
+    with torch.inference_mode():  # once for the run, not once a step (ModelRunner.execute)
+        return _drive(engine, requests, on_tokens)
+
+
+def _drive(engine: Engine, requests: Sequence[WorkloadRequest],
+           on_tokens: Callable[[int], None] | None) -> DriveResult:
     before = msgspec.structs.replace(engine.stats())
     timings: dict[str, RequestTiming] = {}
     start = time.perf_counter()

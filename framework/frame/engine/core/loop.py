@@ -12,6 +12,8 @@ import queue
 from collections.abc import Callable
 from typing import TypeVar
 
+import torch
+
 from frame.config import EngineConfig
 from frame.engine.core.compile_queue import CompileQueue
 from frame.engine.core.engine_core import EngineCore
@@ -147,6 +149,7 @@ class EngineLoop:
             self.compiling.close()
             self.core.shutdown()
 
+    @torch.inference_mode()
     def _run(self, recv: Callable[[float], list[ToEngine]]) -> None:
         while True:
             busy = self.core.has_unfinished()

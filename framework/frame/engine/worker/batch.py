@@ -194,6 +194,19 @@ class PersistentBatch:
         self.token_ids[rows, self.num_tokens[rows]] = tokens
         self.num_tokens[rows] += 1
 
+    def next_input_ids(self, rows: np.ndarray) -> np.ndarray:
+        """Each of ``rows``' token at its computed length: a decode's input."""
+        if len(rows) == 1:  # scalar reads: fancy indexing runs cold once a step after the weights' stream
+            row = int(rows[0])
+            return np.asarray([self.token_ids[row, int(self.num_computed[row])]], dtype=np.int64)
+        return self.token_ids[rows, self.num_computed[rows]]
+
+    def all_plain_greedy(self, rows: np.ndarray) -> bool:
+        """Does the sampler answer every one of ``rows`` with the argmax alone (:attr:`plain_greedy`)?"""
+        if len(rows) == 1:
+            return bool(self.plain_greedy[int(rows[0])])
+        return bool(self.plain_greedy[rows].all())
+
     def extend(self, row: int, tokens: list[int]) -> None:
         """Append several tokens to one row (the drafts a verification kept, then the target's token)."""
         end = int(self.num_tokens[row])

@@ -79,7 +79,9 @@ class DecodeGraphs:
             [t.numpy() for t in self.slot_mappings], [t.numpy() for t in self.block_tables])
         self._host_greedy = self.greedy_ids.numpy() if self.device.type == "cpu" else None
         self._pad(0, rows)
+        self._last_positions: list[int] | None = None  # the rows' positions in the last replay
         self.replays: dict[int, Replay] = {}
+        self._buckets: list[int | None] = []  # per number of decodes, its bucket (once every size is recorded)
         for size in reversed(self.sizes):  # largest first, as CUDA graph memory pools prefer
             replay = capture(self._step_fn(size))
             if replay is None:
@@ -87,6 +89,7 @@ class DecodeGraphs:
                 self.replays.clear()
                 return
             self.replays[size] = replay
+        self._buckets = [next((size for size in self.sizes if size >= n), None) for n in range(self.sizes[-1] + 1)]
 
     def record_all(self) -> None:
         """Replay every bucket once over the padded buffers (each row decodes into the scratch block): a platform
@@ -100,7 +103,7 @@ class DecodeGraphs:
 
     def bucket(self, num_seqs: int) -> int | None:
         """The smallest recorded batch size that holds ``num_seqs`` decodes (None: too many, run eagerly)."""
-        return next((size for size in self.sizes if size >= num_seqs and size in self.replays), None)
+        return self._buckets[num_seqs] if num_seqs < len(self._buckets) else None
 
     def _step_fn(self, size: int) -> Callable[[], torch.Tensor]:
         metas = [self.attention.build_metadata(decode_metadata(self.query_start_loc, self.seq_lens, tables, slots,
@@ -130,6 +133,12 @@ class DecodeGraphs:
             slots[start:stop] = self.scratch_block * self.block_size
             tables[start:stop] = self.scratch_block
 
+    def follows(self, positions: list[int]) -> bool:
+        """Are ``positions`` each of the last replay's rows one further on (what :meth:`advance` would give)?"""
+        last = self._last_positions
+        return last is not None and len(last) == len(positions) and all(
+            p == q + 1 for p, q in zip(positions, last, strict=True))
+
     def advance(self, input_ids: np.ndarray) -> torch.Tensor:
         """Replay the bucket :meth:`run` replayed last with each of its rows one position further on and
         ``input_ids`` its next tokens: the next of continuous decode steps, whose block tables :meth:`run` was
@@ -137,7 +146,14 @@ class DecodeGraphs:
         n, bs = len(input_ids), self.block_size
         size = self.bucket(n)
         assert size is not None, f"no recorded graph holds {n} decodes"
-        if self._host is not None:
+        if self._host is not None and n == 1:  # a lone stream: scalar stores, each numpy call on it runs cold
+            ids, pos, lens, host_slots, host_tables = self._host
+            ids[0] = input_ids[0]
+            position = int(pos[0]) + 1
+            pos[0], lens[0] = position, position + 1
+            for slot, tables in zip(host_slots, host_tables, strict=True):
+                slot[0] = int(tables[0, position // bs]) * bs + position % bs
+        elif self._host is not None:
             ids, pos, lens, host_slots, host_tables = self._host
             ids[:n] = input_ids
             pos[:n] += 1
@@ -152,6 +168,8 @@ class DecodeGraphs:
             for slots, tables in zip(self.slot_mappings, self.block_tables, strict=True):
                 blocks = tables[:n].gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
                 slots[:n] = blocks.to(torch.int64) * bs + positions % bs
+        if self._last_positions is not None:
+            self._last_positions = [p + 1 for p in self._last_positions]
         logits = self.replays[size]()
         return logits if n == size else logits[:n]
 
@@ -181,6 +199,7 @@ class DecodeGraphs:
                 tables[:n, :new_tables.shape[1]].copy_(torch.from_numpy(new_tables), non_blocking=True)
         if n < size:  # rows past n may hold an earlier step's values
             self._pad(n, size)
+        self._last_positions = positions.tolist()
         logits = self.replays[size]()
         return logits if n == size else logits[:n]
 

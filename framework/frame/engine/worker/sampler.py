@@ -39,7 +39,7 @@ class Sampler:
         """Sample ``logits`` ``[len(rows), vocab]``; row ``i`` of the logits belongs to batch row ``rows[i]``.
         ``greedy``: each row's argmax of ``logits`` where the step computed it already (a platform's greedy kernel
         in a recorded step), the answer when every row is plain greedy."""
-        if batch.plain_greedy[rows].all():
+        if batch.all_plain_greedy(rows):
             if greedy is not None:
                 return SamplerOutput(greedy, [None] * len(rows))
             # Every row greedy and nothing to apply (batch.plain_greedy): the argmax alone, which is what the steps
