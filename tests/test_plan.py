@@ -64,3 +64,23 @@ def test_plans_and_outputs_are_immutable_values() -> None:
         plan.step = 2  # type: ignore[misc]
     output = RunnerOutput(samples=[RequestSample("a", [3], [TokenLogprobs(3, -0.5, [(3, -0.5)])])])
     assert msgspec.msgpack.decode(encode(output), type=RunnerOutput) == output
+
+
+def test_a_plan_only_moves_decodes_on_when_nothing_but_one_token_each_changes() -> None:
+    from frame.engine.wire.plan import BlockCopy, RunningRequest
+
+    def decode_of(**changes) -> RunningRequest:
+        return RunningRequest(**{**dict(req_id="a", new_block_ids=[], num_computed_tokens=40, num_new_tokens=1,
+                                        samples=True, new_group_block_ids=[[]]), **changes})
+
+    def plan(*running: RunningRequest, **changes) -> SchedulerOutput:
+        return SchedulerOutput(**{**dict(step=1, num_prompt_tokens=0, new_requests=[], running=list(running)),
+                                  **changes})
+
+    assert plan(decode_of(), decode_of(req_id="b")).only_moves_decodes_on
+    for changed in (dict(new_block_ids=[7]), dict(new_group_block_ids=[[7]]), dict(num_new_tokens=2),
+                    dict(samples=False), dict(resumed=True), dict(spec_token_ids=[3])):
+        assert not plan(decode_of(), decode_of(req_id="b", **changed)).only_moves_decodes_on, changed
+    for changed in (dict(finished_ids=["c"]), dict(preempted_ids=["c"]), dict(grammar_ids=["a"]),
+                    dict(block_copies=[BlockCopy(src=1, dst=2, num_tokens=3)])):
+        assert not plan(decode_of(), **changed).only_moves_decodes_on, changed

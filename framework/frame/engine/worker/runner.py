@@ -280,11 +280,7 @@ class ModelRunner:
         checks ran about 0.1 ms a token, cold after the weights' stream."""
         last = self._replayed_rows
         if (last is None or self.graphs is None or self.proposer is not None or len(rows) != len(last)
-                or plan.new_requests or plan.finished_ids or plan.preempted_ids or plan.block_copies
-                or plan.grammar_ids):
-            return False
-        if not all(r.num_new_tokens == 1 and r.samples and not r.resumed and not r.spec_token_ids
-                   and not r.new_block_ids and not any(r.new_group_block_ids) for r in plan.running):
+                or not plan.only_moves_decodes_on):
             return False
         # Lists, not numpy: on a handful of rows each numpy call costs more than the comparison.
         return rows.tolist() == last.tolist() and self.graphs.follows(self.batch.num_computed[rows].tolist())
