@@ -78,8 +78,8 @@ def test_a_plan_only_moves_decodes_on_when_nothing_but_one_token_each_changes() 
                                   **changes})
 
     assert plan(decode_of(), decode_of(req_id="b")).only_moves_decodes_on
-    for changed in (dict(new_block_ids=[7]), dict(new_group_block_ids=[[7]]), dict(num_new_tokens=2),
-                    dict(samples=False), dict(resumed=True), dict(spec_token_ids=[3])):
+    assert plan(decode_of(new_block_ids=[7]), decode_of(req_id="b", new_group_block_ids=[[8]])).only_moves_decodes_on
+    for changed in (dict(num_new_tokens=2), dict(samples=False), dict(resumed=True), dict(spec_token_ids=[3])):
         assert not plan(decode_of(), decode_of(req_id="b", **changed)).only_moves_decodes_on, changed
     for changed in (dict(finished_ids=["c"]), dict(preempted_ids=["c"]), dict(grammar_ids=["a"]),
                     dict(block_copies=[BlockCopy(src=1, dst=2, num_tokens=3)])):

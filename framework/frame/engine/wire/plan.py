@@ -101,12 +101,12 @@ class SchedulerOutput(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def only_moves_decodes_on(self) -> bool:
-        """True when every scheduled request is a running plain decode of one token (no drafts, no new blocks, not
-        resumed) and nothing else changes: no new, finished or preempted request, block copy or grammar."""
+        """True when every scheduled request is a running plain decode of one token (no drafts, not resumed; it may
+        gain blocks) and nothing else changes: no new, finished or preempted request, block copy or grammar."""
         if (self.new_requests or self.finished_ids or self.preempted_ids or self.block_copies or self.grammar_ids):
             return False
         return all(r.num_new_tokens == 1 and r.samples and not r.resumed and not r.spec_token_ids
-                   and not r.new_block_ids and not any(r.new_group_block_ids) for r in self.running)
+                   for r in self.running)
 
     def scheduled_ids(self) -> list[str]:
         """Ids of the step's requests: new ones first, then running ones, each in plan order."""

@@ -201,6 +201,10 @@ class PersistentBatch:
             return np.asarray([self.token_ids[row, int(self.num_computed[row])]], dtype=np.int64)
         return self.token_ids[rows, self.num_computed[rows]]
 
+    def tables_of(self, row: int) -> list[np.ndarray]:
+        """``row``'s block table in each KV group, as long as the blocks it holds there."""
+        return [self.group_tables[g, row, : self.group_num_blocks[g, row]] for g in range(len(self.group_tables))]
+
     def all_plain_greedy(self, rows: np.ndarray) -> bool:
         """Does the sampler answer every one of ``rows`` with the argmax alone (:attr:`plain_greedy`)?"""
         if len(rows) == 1:

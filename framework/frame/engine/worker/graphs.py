@@ -139,6 +139,15 @@ class DecodeGraphs:
         return last is not None and len(last) == len(positions) and all(
             p == q + 1 for p, q in zip(positions, last, strict=True))
 
+    def set_tables(self, index: int, tables: list[np.ndarray]) -> None:
+        """Rewrite row ``index``'s block table in each KV group (one array each) before an :meth:`advance`."""
+        if self._host is not None:
+            for view, table in zip(self._host[4], tables, strict=True):
+                view[index, : len(table)] = table
+            return
+        for buffer, table in zip(self.block_tables, tables, strict=True):
+            buffer[index, : len(table)].copy_(torch.from_numpy(table), non_blocking=True)
+
     def advance(self, input_ids: np.ndarray) -> torch.Tensor:
         """Replay the bucket :meth:`run` replayed last with each of its rows one position further on and
         ``input_ids`` its next tokens: the next of continuous decode steps, whose block tables :meth:`run` was

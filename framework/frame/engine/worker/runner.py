@@ -255,6 +255,9 @@ class ModelRunner:
             return RunnerOutput()
         if self._continues_replay(plan, rows):
             assert self.graphs is not None
+            for i, r in enumerate(plan.running):
+                if r.new_block_ids or any(r.new_group_block_ids):
+                    self.graphs.set_tables(i, self.batch.tables_of(int(rows[i])))
             logits, scored = self.graphs.advance(self.batch.next_input_ids(rows)), []
             samples = self._sample_plain(logits, rows, self._replayed_greedy_tokens())
         else:
@@ -274,10 +277,10 @@ class ModelRunner:
         return RunnerOutput(samples=samples, prompt_logprobs=scored)
 
     def _continues_replay(self, plan: SchedulerOutput, rows: np.ndarray) -> bool:
-        """Is this step the decodes the last replayed step ran, in its order, each one token further on, with
-        no block, request or constraint changed? Then the recorded step's buffers only move on
-        (:meth:`DecodeGraphs.advance`), as between continuous decode steps: a lone stream's general gather and
-        checks ran about 0.1 ms a token, cold after the weights' stream."""
+        """Is this step the decodes the last replayed step ran, in its order, each one token further on, with no
+        request or constraint changed? Then the recorded step's buffers only move on (:meth:`DecodeGraphs.advance`,
+        the tables of a row that gained a block rewritten), as between continuous decode steps: a lone stream's
+        general gather and checks ran about 0.1 ms a token, cold after the weights' stream."""
         last = self._replayed_rows
         if (last is None or self.graphs is None or self.proposer is not None or len(rows) != len(last)
                 or not plan.only_moves_decodes_on):
