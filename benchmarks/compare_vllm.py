@@ -355,9 +355,15 @@ def main(argv: list[str] | None = None) -> int:
                     ttft["frame"].append(result.timings[0].ttft)
                 outputs["frame"] = [t.output_token_ids for t in result.timings]
                 peak["frame"] = _status_kib(os.getpid(), "VmHWM") / 1024
-                if state is not None:
-                    host["frame"].append(_host_row(state, weight_bytes, summary, len(requests)))
-                    console.print(f"  frame's round: {state}{_floor_share(host['frame'][-1])}")
+                if state is not None and probe is not None:
+                    after = probe.measure(passes=1)
+                    row = _host_row(state, weight_bytes, summary, len(requests))
+                    row["placement_held"] = state.same_placement(after)
+                    host["frame"].append(row)
+                    console.print(f"  frame's round: {state}{_floor_share(row)}")
+                    if not row["placement_held"]:
+                        console.print(f"  [yellow]the host moved the CPUs during frame's round[/yellow] (after it: "
+                                      f"{after}): its share of the floor compares two placements")
             if vllm is not None:
                 if probe is not None:
                     vllm_state = probe.measure()

@@ -35,6 +35,14 @@ class HostState:
         trip = "-" if self.round_trip_ns is None else f"{self.round_trip_ns:.0f} ns"
         return f"floor {self.read_gbs:.1f} GB/s, CPU round trip {trip}"
 
+    def same_placement(self, other: HostState) -> bool:
+        """Were the CPUs placed alike in both states? A round trip more than twice the other's means the host
+        moved them (a Zen VM between one CCD, 70-140 ns, and two, 350-450 ns)."""
+        if self.round_trip_ns is None or other.round_trip_ns is None:
+            return self.round_trip_ns is None and other.round_trip_ns is None
+        low, high = sorted((self.round_trip_ns, other.round_trip_ns))
+        return high <= 2 * low
+
 
 class HostProbe:
     """A read buffer on transparent huge pages (as the platform keeps a model's weights) and the two probes."""

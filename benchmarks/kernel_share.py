@@ -1,7 +1,7 @@
 """Where a decode token's wall time goes, sampled by Linux perf: the kernels, OpenMP's waits, everything else.
 
     .venv/bin/python benchmarks/kernel_share.py [--workload single_stream] [--dtype bfloat16] [--seconds 10]
-        [--num-continuous-decode-steps 1] [--model FILE.gguf]
+        [--num-continuous-decode-steps 1] [--model FILE.gguf] [--probe-host]
 
 torch.profiler times every op call and adds its own cost to each (about 430 calls a SmolLM2 decode step), so its
 "outside the kernels" share overstates what a step spends there. This samples instead: a child process drives the
@@ -74,11 +74,21 @@ def main() -> int:
                         help="the engine's num_continuous_decode_steps")
     parser.add_argument("--top", type=int, default=8, help="shared objects listed under 'outside'")
     parser.add_argument("--top-kernels", type=int, default=0, help="the kernels' busiest symbols to list")
+    parser.add_argument("--probe-host", action="store_true",
+                        help="measure the read floor and the CPUs' round trip before and after (host_probe.py): on a "
+                             "VM whose host moves its CPUs, which placement the shares are from")
     args = parser.parse_args()
     console = Console()
     if shutil.which("perf") is None:
         console.print("[red]perf is not installed[/red]: install linux-perf (Debian) or linux-tools to sample.")
         return 1
+    probe = None
+    if args.probe_host:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from host_probe import HostProbe
+
+        probe = HostProbe()
+        before = probe.measure()
     child = subprocess.Popen([sys.executable, "-c", CHILD, args.workload, args.dtype, args.quantization,
                               str(args.num_continuous_decode_steps), args.model],
                              stdout=subprocess.PIPE, text=True)
@@ -139,6 +149,10 @@ def main() -> int:
         n = sum(counts.values())
         wait = sum(c for (group, _), c in counts.items() if group in ("OpenMP wait", "team barrier"))
         console.print(f"thread {tid}: {n} samples, {wait / n:.0%} in OpenMP's wait or the team barrier")
+    if probe is not None:
+        after = probe.measure()
+        moved = "" if before.same_placement(after) else " [yellow](the host moved the CPUs meanwhile)[/yellow]"
+        console.print(f"host before: {before}; after: {after}{moved}")
     if tpots:
         tpots.sort()
         console.print(f"time per output token over {len(tpots)} runs: median {tpots[len(tpots) // 2]:.2f} ms "
