@@ -31,22 +31,25 @@ log = logging.getLogger("frame.worker")
 
 
 def serve(rank: int, world_size: int, init_method: str, sockets: ChildSockets) -> int:
+    import torch
+
     from frame.config import EngineConfig
     from frame.engine.worker.rank import build_rank_worker
 
     config = EngineConfig.model_validate_json(os.environ[CONFIG_ENV])
     worker = build_rank_worker(config, int(os.environ[MAX_MODEL_LEN_ENV]), rank, world_size, init_method)
     sockets.send(WorkerReady(rank, worker.available_kv_blocks(), worker.runner.bytes_per_block))
-    while True:
-        msg = sockets.recv(ToWorker)
-        if isinstance(msg, RunStep):
-            output = worker.execute(msg.plan)
-            if rank == 0:
-                sockets.send(StepDone(output))
-        elif isinstance(msg, AllocateKV):
-            sockets.send(KVAllocated(rank, worker.allocate_kv(msg.num_blocks)))
-        elif isinstance(msg, StopWorker):
-            return 0
+    with torch.inference_mode():  # once for the worker's life, not once a step (ModelRunner.execute)
+        while True:
+            msg = sockets.recv(ToWorker)
+            if isinstance(msg, RunStep):
+                output = worker.execute(msg.plan)
+                if rank == 0:
+                    sockets.send(StepDone(output))
+            elif isinstance(msg, AllocateKV):
+                sockets.send(KVAllocated(rank, worker.allocate_kv(msg.num_blocks)))
+            elif isinstance(msg, StopWorker):
+                return 0
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
