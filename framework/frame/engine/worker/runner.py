@@ -277,10 +277,9 @@ class ModelRunner:
         return RunnerOutput(samples=samples, prompt_logprobs=scored)
 
     def _continues_replay(self, plan: SchedulerOutput, rows: np.ndarray) -> bool:
-        """Is this step the decodes the last replayed step ran, in its order, each one token further on, with no
-        request or constraint changed? Then the recorded step's buffers only move on (:meth:`DecodeGraphs.advance`,
-        the tables of a row that gained a block rewritten), as between continuous decode steps: a lone stream's
-        general gather and checks ran about 0.1 ms a token, cold after the weights' stream."""
+        """Is this step the last replay's rows, in order, each a token on, no request or constraint changed? Then
+        the buffers only move on (:meth:`DecodeGraphs.advance`; new blocks' tables rewritten): a lone stream's general
+        gather and checks ran about 0.1 ms a token, cold after the weights' stream."""
         last = self._replayed_rows
         if (last is None or self.graphs is None or self.proposer is not None or len(rows) != len(last)
                 or not plan.only_moves_decodes_on):
