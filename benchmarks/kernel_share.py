@@ -84,8 +84,7 @@ def main() -> int:
         return 1
     probe = None
     if args.probe_host:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from host_probe import HostProbe
+        from host_probe import HostProbe  # beside this script; imported only when asked (it loads torch)
 
         probe = HostProbe()
         before = probe.measure()
