@@ -16,6 +16,17 @@ CHAT_QUESTIONS = [
 ]
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A fresh ``$FRAME_CACHE_DIR`` with the converted-weights cache on for GGUF files of any size."""
+    from frame.weights import cache
+
+    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FRAME_WEIGHTS_CACHE", raising=False)
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    return tmp_path / "cache"
+
+
 @pytest.fixture(scope="session")
 def smol_source():
     from frame.model_source import ModelSource

@@ -24,14 +24,6 @@ def _write(path: Path, seed: int) -> None:
     writer.close()
 
 
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("FRAME_WEIGHTS_CACHE", raising=False)
-    monkeypatch.setattr(cache, "MIN_BYTES", 0)
-    return tmp_path / "cache"
-
-
 def test_second_open_reads_the_cache_and_gets_the_same_tensors(tmp_path: Path, cache_dir: Path) -> None:
     _write(tmp_path / "m.gguf", seed=1)
     first = open_weights(tmp_path / "m.gguf")

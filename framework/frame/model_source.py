@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frame import hub
+from frame.derived_cache import record_and_sweep
 from frame.errors import ModelNotFoundError
 from frame.paths import gguf_cache_folder
 
@@ -162,6 +163,7 @@ class ModelSource:
         if self.is_gguf:
             if not _frame_gguf_config(self._gguf_cache / "config.json"):
                 config = with_class_defaults(gguf_config(self.path))
+                record_and_sweep(self._gguf_cache, self.path)
                 _save_into(self._gguf_cache, lambda folder: (folder / "config.json").write_text(json.dumps(config)),
                            last="config.json")
             return read_full_config(self._gguf_cache / "config.json")
@@ -187,6 +189,7 @@ class ModelSource:
         where, kwargs = self._hf_args()
         tokenizer = _gguf_tokenizer(where, kwargs) if self.is_gguf else AutoTokenizer.from_pretrained(where, **kwargs)
         if self.is_gguf:
+            record_and_sweep(self._gguf_cache, self.path)
             _save_into(self._gguf_cache, tokenizer.save_pretrained, last="tokenizer_config.json")
         return tokenizer
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from frame.derived_cache import current_key, sweep, write_record
 from frame.model_source import ModelSource
 from frame.paths import cache_root
 
@@ -37,10 +38,12 @@ def export_folder(source: ModelSource, dtype: torch.dtype) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
     try:
         _write(source, dtype, staging)
+        write_record(staging, path, **current_key("hf-export"))
         with contextlib.suppress(OSError):  # another process finished the same export first: keep its folder
             os.rename(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    sweep(folder.parent, current_key("hf-export"))
     return folder
 
 

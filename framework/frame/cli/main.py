@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "serve an OpenAI-compatible API"),
     "bench": ("bench", "benchmarks: throughput, latency, serve, and config-driven experiments"),
     "new-plugin": ("new_plugin", "write the skeleton of a new plugin wheel"),
+    "cache": ("cache_cmd", "list the converted checkpoints frame keeps, and prune the stale ones"),
 }
 
 

@@ -21,6 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from frame.derived_cache import record_and_sweep
 from frame.interfaces.model import WeightSource
 from frame.paths import gguf_cache_folder
 from frame.weights.gguf import GGUFWeights
@@ -81,7 +82,7 @@ class CachingGGUFWeights(GGUFWeights):
             yield name, tensor
         tmp: str | None = None
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
+            record_and_sweep(self.file.parent, self.path)
             # Written under a temporary name and renamed: a concurrent reader never sees half a file.
             fd, tmp = tempfile.mkstemp(dir=self.file.parent, suffix=".tmp")
             os.close(fd)
