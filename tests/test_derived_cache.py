@@ -59,6 +59,16 @@ def test_reading_a_cached_file_again_sweeps_nothing(tmp_path: Path, root: Path) 
     assert other.is_dir()
 
 
+def test_another_machines_folders_are_left_to_it(tmp_path: Path, root: Path) -> None:
+    folder = _converted(tmp_path / "a.gguf", seed=1)
+    record = json.loads((folder / SOURCE_FILE).read_text())
+    (folder / SOURCE_FILE).write_text(json.dumps({**record, "host": "another-machine"}))
+    (tmp_path / "a.gguf").unlink()
+    assert why_stale(folder) is None and sweep(folder.parent) == []
+    (folder / SOURCE_FILE).write_text(json.dumps(record))
+    assert why_stale(folder) == "file gone"
+
+
 def test_unrecorded_and_staging_folders_are_kept_until_they_age(root: Path) -> None:
     kind = root / "gguf"
     young, old = kind / "young", kind / "old"

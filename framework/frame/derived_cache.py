@@ -7,6 +7,8 @@ deleted, moved or rewritten its folder can never be read again. Left alone they 
 environment is a new path for the bundled model, and each one left half a gigabyte of converted weights behind.
 So every folder holds ``source.json`` (the file's path, size and modification time, and whatever else its key
 covers), and making a new folder sweeps the others of its kind. ``frame cache`` lists them and prunes on demand.
+The record names the machine too: a cache folder shared by several machines (a home directory on NFS under a Ray
+cluster) holds files whose paths only their own machine can check, so each judges only its own folders.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -44,7 +47,7 @@ def source_record(source: Path, **key: str) -> dict[str, object]:
     (other things the folder's key covers, a library's version say)."""
     path = source.resolve()
     stat = path.stat()
-    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, **key}
+    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "host": socket.gethostname(), **key}
 
 
 def write_record(folder: Path, source: Path, **key: str) -> bool:
@@ -88,6 +91,10 @@ def why_stale(folder: Path, current: Mapping[str, str] | None = None, now: float
         return "unrecorded and unused for two weeks" if age > UNRECORDED_GRACE_S else None
     except (OSError, ValueError):
         return "unreadable record"
+    if not isinstance(record, dict):
+        return "unreadable record"
+    if record.get("host", socket.gethostname()) != socket.gethostname():
+        return None  # another machine's file: only that machine can tell whether it is still there
     try:
         stat = Path(record["path"]).stat()
     except FileNotFoundError:
