@@ -101,7 +101,22 @@ def test_frame_cache_lists_prunes_and_clears(tmp_path: Path, root: Path, capsys:
     out = capsys.readouterr().out
     assert live.name in out and stale.name in out and "file gone" in out and "frame cache --prune" in out
     assert main(["cache", "--prune"]) == 0
-    assert "removed 1 stale folder" in capsys.readouterr().out
+    assert "removed 1 stale folder(s) and 0 kernel build(s)" in capsys.readouterr().out
     assert [e.folder for e in entries(root / "gguf")] == [live]
     assert main(["cache", "--clear"]) == 0
     assert not (root / "gguf").exists()
+
+
+def test_kernel_builds_unused_for_a_month_go(root: Path) -> None:
+    kernels = root / "kernels"
+    used, unused, unmarked = kernels / "lib-1", kernels / "lib-2", kernels / "lib-3"
+    for build in (used, unused, unmarked):
+        build.mkdir(parents=True)
+        derived_cache.mark_used(build)
+    long_ago = time.time() - derived_cache.UNUSED_BUILD_S - 60
+    os.utime(unused / derived_cache.USED_MARK, (long_ago, long_ago))
+    (unmarked / derived_cache.USED_MARK).unlink()
+    os.utime(unmarked, (long_ago, long_ago))
+    assert set(derived_cache.sweep_unused_builds(kernels)) == {unused, unmarked}
+    assert used.is_dir()
+

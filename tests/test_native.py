@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from frame import native
+from frame import derived_cache, native
 from frame.errors import ConfigError
 
 SOURCE = '''
@@ -49,8 +51,14 @@ def test_builds_once_then_loads(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("FRAME_CACHE_DIR", str(tmp_path))
     source = tmp_path / "op.cpp"
     source.write_text(SOURCE)
+    old_build = tmp_path / "kernels" / "frame_native_test-0123456789abcdef"  # an older frame's, unused for months
+    old_build.mkdir(parents=True)
+    long_ago = time.time() - derived_cache.UNUSED_BUILD_S - 60
+    os.utime(old_build, (long_ago, long_ago))
     native.load_library("frame_native_test", [source], ["-O1"])
     assert native.is_built("frame_native_test", [source], ["-O1"])
+    build = native.build_directory("frame_native_test", [source], ["-O1"])
+    assert (build / derived_cache.USED_MARK).is_file() and not old_build.exists()
     assert torch.equal(torch.ops.frame_native_test.twice(torch.ones(3)), torch.full((3,), 2.0))
     native.load_library("frame_native_test", [source], ["-O1"])  # a no-op once loaded
 

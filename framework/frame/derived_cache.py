@@ -9,10 +9,15 @@ So every folder holds ``source.json`` (the file's path, size and modification ti
 covers), and making a new folder sweeps the others of its kind. ``frame cache`` lists them and prunes on demand.
 The record names the machine too: a cache folder shared by several machines (a home directory on NFS under a Ray
 cluster) holds files whose paths only their own machine can check, so each judges only its own folders.
+
+Built kernels (``kernels/<name>-<digest>``, :mod:`frame.native`) have no source file to check: each load marks its
+folder used, and a new build removes the builds of any library not loaded for a month (an older frame's, or a
+``FRAME_CPU_DISABLE`` stand-in's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +33,9 @@ SOURCE_FILE = "source.json"
 UNRECORDED_GRACE_S = 14 * 24 * 3600
 #: A staging folder (a write in progress) older than this was left by a process that died.
 STAGING_GRACE_S = 24 * 3600
+#: A kernel build no process has loaded for this long is removed when another is built.
+UNUSED_BUILD_S = 30 * 24 * 3600
+USED_MARK = "last-used"
 #: The kinds of derived folders, each a folder under the cache root.
 KINDS = ("gguf", "hf-export")
 
@@ -137,4 +145,26 @@ def sweep(root: Path, current: Mapping[str, str] | None = None) -> list[Path]:
         removed += [f for f in root.glob(".staging-*") if f.is_dir() and now - f.stat().st_mtime > STAGING_GRACE_S]
     for folder in removed:
         shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
+def mark_used(build: Path) -> None:
+    """Note that a kernel build was loaded now (its ``last-used`` file's time)."""
+    with contextlib.suppress(OSError):  # a read-only cache: its builds are never swept
+        (build / USED_MARK).touch()
+
+
+def sweep_unused_builds(root: Path, now: float | None = None) -> list[Path]:
+    """Remove the kernel builds under ``root`` not loaded for :data:`UNUSED_BUILD_S`; the folders removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for build in _folders(root):
+        mark = build / USED_MARK
+        try:
+            used = (mark if mark.exists() else build).stat().st_mtime
+        except OSError:
+            continue
+        if now - used > UNUSED_BUILD_S:
+            shutil.rmtree(build, ignore_errors=True)
+            removed.append(build)
     return removed

@@ -3,7 +3,8 @@
 A plugin that ships C++ (``TORCH_LIBRARY`` registrations, no Python bindings) calls :func:`load_library`. The
 first call compiles its sources with torch's extension builder (ninja and a C++ compiler), tuned for this CPU, into
 ``$FRAME_CACHE_DIR/kernels/<name>-<digest>`` (default ``~/.cache/frame``); the digest pins the sources, the
-flags, torch's version and the CPU's feature flags, so any change rebuilds and later processes just load.
+flags, torch's version and the CPU's feature flags, so any change rebuilds and later processes just load. Each load
+marks its build used, and a new build removes those no process has loaded for a month (:mod:`frame.derived_cache`).
 
 Every build has the core's headers on its include path (:data:`INCLUDE_DIR`): ``frame/team_form.h``, the contract by
 which one library's op runs on the threads of another's parallel region (docs/plugins.md, "Native team forms").
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from frame.derived_cache import mark_used, sweep_unused_builds
 from frame.errors import ConfigError
 from frame.paths import cache_root
 
@@ -153,6 +155,8 @@ def load_library(name: str, sources: Sequence[Path], cflags: Sequence[str]) -> N
                                extra_ldflags=["-fopenmp"], extra_include_paths=[str(INCLUDE_DIR)],
                                build_directory=str(directory), is_python_module=False,
                                verbose=False)
+            sweep_unused_builds(directory.parent)
+        mark_used(directory)
         _loaded.add(name)
 
 

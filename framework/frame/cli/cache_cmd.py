@@ -8,14 +8,14 @@ import shutil
 from rich.console import Console
 from rich.table import Table
 
-from frame.derived_cache import KINDS, Entry, current_key, entries, sweep
+from frame.derived_cache import KINDS, Entry, current_key, entries, sweep, sweep_unused_builds
 from frame.paths import cache_root
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prune", action="store_true",
-                        help="remove the folders whose checkpoint file is gone or changed (done anyway, one kind at "
-                             "a time, whenever frame converts a new file)")
+                        help="remove the folders whose checkpoint file is gone or changed, and kernel builds not "
+                             "loaded for a month (done anyway whenever frame converts a file or builds a kernel)")
     parser.add_argument("--clear", action="store_true",
                         help="remove every converted checkpoint and export (they are rebuilt on the next load)")
 
@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.prune:
         removed = [folder for kind in KINDS for folder in sweep(root / kind, current_key(kind))]
-        console.print(f"removed {len(removed)} stale folder(s) under {root}")
+        builds = sweep_unused_builds(root / "kernels")
+        console.print(f"removed {len(removed)} stale folder(s) and {len(builds)} kernel build(s) unused for a month "
+                      f"under {root}")
     rows = [(kind, entry) for kind in KINDS for entry in entries(root / kind, current_key(kind))]
     console.print(_table(rows))
     stale = sum(e.bytes for _, e in rows if e.stale)
