@@ -100,6 +100,7 @@ def test_frame_cache_lists_prunes_and_clears(tmp_path: Path, root: Path, capsys:
     assert main(["cache"]) == 0
     out = capsys.readouterr().out
     assert live.name in out and stale.name in out and "file gone" in out and "frame cache --prune" in out
+    assert "Also: kernels" not in out  # nothing built in this cache
     assert main(["cache", "--prune"]) == 0
     assert "removed 1 stale folder(s) and 0 kernel build(s)" in capsys.readouterr().out
     assert [e.folder for e in entries(root / "gguf")] == [live]

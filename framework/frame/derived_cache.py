@@ -117,7 +117,8 @@ def why_stale(folder: Path, current: Mapping[str, str] | None = None, now: float
     return None
 
 
-def _size(folder: Path) -> int:
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under ``folder``."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
@@ -134,7 +135,7 @@ def entries(root: Path, current: Mapping[str, str] | None = None) -> Iterator[En
             source = json.loads((folder / SOURCE_FILE).read_text()).get("path")
         except (OSError, ValueError, AttributeError):
             source = None
-        yield Entry(folder, _size(folder), source, why_stale(folder, current))
+        yield Entry(folder, folder_bytes(folder), source, why_stale(folder, current))
 
 
 def sweep(root: Path, current: Mapping[str, str] | None = None) -> list[Path]:

@@ -8,7 +8,7 @@ import shutil
 from rich.console import Console
 from rich.table import Table
 
-from frame.derived_cache import KINDS, Entry, current_key, entries, sweep, sweep_unused_builds
+from frame.derived_cache import KINDS, Entry, current_key, entries, folder_bytes, sweep, sweep_unused_builds
 from frame.paths import cache_root
 
 
@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     rows = [(kind, entry) for kind in KINDS for entry in entries(root / kind, current_key(kind))]
     console.print(_table(rows))
     stale = sum(e.bytes for _, e in rows if e.stale)
-    kernels = root / "kernels"
-    built = sum(f.stat().st_size for f in kernels.rglob("*") if f.is_file()) if kernels.is_dir() else 0
+    others = {folder.name: folder_bytes(folder) for folder in sorted(root.iterdir()) if folder.is_dir()
+              and folder.name not in KINDS} if root.is_dir() else {}
     console.print(f"{len(rows)} folder(s), {_gib(sum(e.bytes for _, e in rows))}, of which stale {_gib(stale)}"
-                  + ("; run `frame cache --prune` to remove the stale ones" if stale else "")
-                  + f". Built kernels: {_gib(built)}.")
+                  + ("; run `frame cache --prune` to remove the stale ones" if stale else "") + "."
+                  + (" Also: " + ", ".join(f"{name} {_gib(n)}" for name, n in others.items()) + "." if others else ""))
     return 0
