@@ -82,6 +82,7 @@ class CachingGGUFWeights(GGUFWeights):
             yield name, tensor
         tmp: str | None = None
         try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
             record_and_sweep(self.file.parent, self.path)
             # Written under a temporary name and renamed: a concurrent reader never sees half a file.
             fd, tmp = tempfile.mkstemp(dir=self.file.parent, suffix=".tmp")
