@@ -404,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         report["host"] = host
     if rounds["vllm"] and rounds["frame"]:
         ratio = statistics.median(rounds["frame"]) / statistics.median(rounds["vllm"])
-        pairs = list(zip(outputs["frame"], outputs["vllm"], strict=True))
-        same = sum(list(a) == list(b) for a, b in pairs) / len(requests)
+        pairs = [(list(a), list(b)) for a, b in zip(outputs["frame"], outputs["vllm"], strict=True)]
+        same = sum(a == b for a, b in pairs) / len(requests)
         # Where they part: in bfloat16 two kernels' roundings pick different tokens at a close call sooner or later.
-        shared = [common_prefix_length(list(a), list(b), len(a)) / max(1, len(a)) for a, b in pairs]
+        shared = [common_prefix_length(a, b, len(a)) / max(1, len(a)) for a, b in pairs]
         console.print(f"frame / vLLM: {ratio:.2f}x; greedy outputs identical for {same:.0%} of requests, the same "
                       f"for the first {statistics.median(shared):.0%} of their tokens (median)")
         report.update(ratio=ratio, greedy_match=same, shared_prefix_share=shared,

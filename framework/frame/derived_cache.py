@@ -90,12 +90,12 @@ class Entry:
     stale: str | None
 
 
-def why_stale(folder: Path, current: Mapping[str, str] | None = None, now: float | None = None) -> str | None:
+def why_stale(folder: Path, current: Mapping[str, str] | None = None) -> str | None:
     """Why ``folder`` can never be read again (its file is gone, changed, or a keyed version moved on), or None."""
     try:
         record = json.loads((folder / SOURCE_FILE).read_text())
     except FileNotFoundError:
-        age = (now if now is not None else time.time()) - folder.stat().st_mtime
+        age = time.time() - folder.stat().st_mtime
         return "unrecorded and unused for two weeks" if age > UNRECORDED_GRACE_S else None
     except (OSError, ValueError):
         return "unreadable record"
@@ -155,9 +155,9 @@ def mark_used(build: Path) -> None:
         (build / USED_MARK).touch()
 
 
-def sweep_unused_builds(root: Path, now: float | None = None) -> list[Path]:
+def sweep_unused_builds(root: Path) -> list[Path]:
     """Remove the kernel builds under ``root`` not loaded for :data:`UNUSED_BUILD_S`; the folders removed."""
-    now = time.time() if now is None else now
+    now = time.time()
     removed = []
     for build in _folders(root):
         mark = build / USED_MARK
