@@ -1,5 +1,6 @@
 // The bfloat16 path's row kernels: one KV head's rows against one 32-key step, the V pairs interleaved and the K
-// pairs transposed for them, the softmax folded in (finish_rows), and the rows written back in head_dim order.
+// pairs transposed for them, the softmax folded in (finish_row, fold_rows8), and the rows written back in head_dim
+// order.
 // Bf16Rows holds the per-thread scratch they work on and the prefetch queue they issue between pieces of compute;
 // Bf16ItemRunner (bf16_path.h) walks the block table and calls them.
 #pragma once
@@ -49,10 +50,12 @@ class Bf16Rows {
     int n;
     int64_t window;  // the layer's sliding window, 0: none
     // Row r sees the step's keys [first(r), valid(r)): up to its token, from its window's start.
-    int valid(int64_t r) const { return static_cast<int>(std::min<int64_t>(n, first_pos + r / groups - k0 + 1)); }
-    int first(int64_t r) const {
-      return window > 0 ? static_cast<int>(std::clamp<int64_t>(first_pos + r / groups - window + 1 - k0, 0, kKeys))
-                        : 0;
+    int valid(int64_t r) const { return valid_of_token(r / groups); }
+    int first(int64_t r) const { return first_of_token(r / groups); }
+    // The same by the row's token (its index among the item's tokens).
+    int valid_of_token(int64_t t) const { return static_cast<int>(std::min<int64_t>(n, first_pos + t - k0 + 1)); }
+    int first_of_token(int64_t t) const {
+      return window > 0 ? static_cast<int>(std::clamp<int64_t>(first_pos + t - window + 1 - k0, 0, kKeys)) : 0;
     }
   };
 
@@ -82,45 +85,14 @@ class Bf16Rows {
     return _mm512_mul_ps(cap, tanh16(_mm512_div_ps(s, cap)));
   }
 
+  // One decode row's online-softmax update with a step's scores (lo: keys 0-15, hi: 16-31; it sees the keys
+  // [first, valid)), then acc += P.V over them.
   void finish_row(int64_t row, __m512 lo, __m512 hi, int valid, int first) {
-    finish_rows<1>(row, &lo, &hi, &valid, &first);
-  }
-
-  // R adjacent rows' online-softmax updates with a step's scores (lo: keys 0-15, hi: 16-31), then acc += P.V over
-  // the step's keys, for the R rows together: the V pairs (vpairs_, [kKeys / 2][D / 16] vectors of 16 pairs) are
-  // loaded once for the R rows, and R x D / 16 independent accumulator chains hide vdpbf16ps' latency, where one
-  // row's D / 16 chains could not. Each row's sums run in the same order whatever R. Every row must see a key
-  // (row b the keys [first[b], valid[b])).
-  template <int R>
-  void finish_rows(int64_t row, const __m512* lo, const __m512* hi, const int* valid, const int* first) {
-    if constexpr (R > 1 && R * D > 256) {  // the rows' accumulators would not fit in the registers
-      for (int b = 0; b < R; ++b) finish_rows<1>(row + b, lo + b, hi + b, valid + b, first + b);
-    } else {
-      alignas(64) uint32_t pairs[R][kKeys / 2];
-      int most = 0;
-      for (int b = 0; b < R; ++b) {
-        float* acc = acc_.data() + (row + b) * D;
-        const __m512i probs = fold32<D>(scores(lo[b]), scores(hi[b]), valid[b],
-                                        max_[row + b], sum_[row + b], acc, first[b]);
-        _mm512_store_si512(pairs[b], probs);  // zero past the row's valid keys
-        most = std::max(most, valid[b]);
-      }
-      float* acc = acc_.data() + row * D;
-      __m512 sums[R][D / 16];
-      for (int b = 0; b < R; ++b)
-        for (int v = 0; v < D / 16; ++v) sums[b][v] = _mm512_loadu_ps(acc + b * D + 16 * v);
-      for (int k = 0; k < (most + 1) / 2; ++k) {
-        __m512bh vk[D / 16];
-        for (int v = 0; v < D / 16; ++v)
-          vk[v] = (__m512bh)_mm512_loadu_si512(vpairs_.data() + (k * (D / 16) + v) * 16);
-        for (int b = 0; b < R; ++b) {
-          const __m512bh pk = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[b][k]));
-          for (int v = 0; v < D / 16; ++v) sums[b][v] = _mm512_dpbf16_ps(sums[b][v], pk, vk[v]);
-        }
-      }
-      for (int b = 0; b < R; ++b)
-        for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + b * D + 16 * v, sums[b][v]);
-    }
+    alignas(64) uint32_t pairs[1][kKeys / 2];
+    _mm512_store_si512(pairs[0], fold32<D>(scores(lo), scores(hi), valid, max_[row], sum_[row],
+                                           acc_.data() + row * D, first));  // zero past the row's valid keys
+    const float rescaled = 1.0f;  // fold32 scaled the accumulator already
+    accumulate_rows<1>(row, 1, pairs, &rescaled, &valid);
   }
 
   // direct_rows and tile_rows stay out of line: inlined into sweep(), which has two callers, GCC compiled their
@@ -254,7 +226,7 @@ class Bf16Rows {
 
   // Prefill tiles: eight rows' 32 scores as sixteen chains over the transposed key pairs (vdpbf16ps' latency
   // needs about twelve in flight on Zen 5: with four rows' eight chains the scores took more time than P.V's same
-  // count of instructions), then P.V four rows at a time. Each row's sums run in the same order as with four.
+  // count of instructions), the eight rows' softmax updates together (fold_rows8), then P.V a few rows at a time.
   __attribute__((noinline)) void tile_rows(const HeadState& head) {
     constexpr int kRows = 8;
     // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
@@ -272,26 +244,105 @@ class Bf16Rows {
           hi[b] = _mm512_dpbf16_ps(hi[b], qb, k_hi);
         }
       }
-      for (int half = 0; half < kRows; half += 4) {
-        const int64_t r0 = rb + half;
-        if (r0 >= head.rows) break;
-        int valid[4], first[4];
-        bool all_see = r0 + 4 <= head.rows;
-        for (int b = 0; b < 4; ++b) {
-          valid[b] = r0 + b < head.rows ? head.valid(r0 + b) : 0;
-          first[b] = r0 + b < head.rows ? head.first(r0 + b) : 0;
-          all_see = all_see && valid[b] > first[b];
-        }
-        if (all_see) {
-          finish_rows<4>(head.row0 + r0, lo + half, hi + half, valid, first);
-        } else {
-          for (int b = 0; b < 4; ++b)
-            if (valid[b] > first[b])
-              finish_row(head.row0 + r0 + b, lo[half + b], hi[half + b], valid[b], first[b]);
-        }
-      }
+      const int count = static_cast<int>(std::min<int64_t>(kRows, head.rows - rb));
+      alignas(64) uint32_t pairs[kRows][kKeys / 2];
+      alignas(32) float corrections[kRows];
+      int most[kRows];
+      fold_rows8(head, rb, count, lo, hi, pairs, corrections, most);
+      constexpr int kPv = std::clamp(256 / D, 1, 4);  // rows whose accumulators fit in the registers together
+      for (int b = 0; b < count; b += kPv)
+        accumulate_rows<kPv>(head.row0 + rb + b, std::min(kPv, count - b), pairs + b, corrections + b, most + b);
       issue_prefetches(kPrefetchBurst);
     }
+  }
+
+  // The online-softmax step of eight rows at once (rows rb.. of the head; `count` of them exist): each row's
+  // scores to probabilities (as bfloat16 pairs, zero outside the keys it sees), its max and sum updated, and the
+  // factor its accumulator must be scaled by. The rows' maxima and sums sit in the lanes of one vector, so the
+  // eight horizontal reductions are one transposing pass each (reduce8) and the state one load and store, where
+  // a row at a time took a shuffle chain and a scalar update through memory (40% of a tile's time before). A row
+  // that sees none of the step's keys keeps its state (factor 1). `most[b]`: how many keys row b's pairs cover.
+  // Out of line, with its loops unrolled: inlined into tile_rows the registers spilled (a 1.4x slower tile), and
+  // as rolled loops the sixteen exponentials did not overlap (long prompts 6% slower than a row at a time).
+  __attribute__((noinline)) void fold_rows8(const HeadState& head, int64_t rb, int count, const __m512* lo,
+                                            const __m512* hi, uint32_t (*pairs)[kKeys / 2], float* corrections,
+                                            int* most) {
+    const __m512 masked = _mm512_set1_ps(kMasked);
+    __mmask16 mask_lo[8], mask_hi[8];
+    __m512 s_lo[8], s_hi[8], top[8];
+    int64_t token = rb / head.groups, group = rb % head.groups;  // row rb + b's, kept without a division a row
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) {
+      const int valid = b < count ? head.valid_of_token(token) : 0;
+      const int first = b < count ? head.first_of_token(token) : 0;
+      if (++group == head.groups) {
+        group = 0;
+        ++token;
+      }
+      const uint32_t bits = valid <= first ? 0u
+                            : (valid >= 32 ? 0xffffffffu : (1u << valid) - 1u) & ~((1u << first) - 1u);
+      most[b] = valid <= first ? 0 : valid;
+      mask_lo[b] = static_cast<__mmask16>(bits);
+      mask_hi[b] = static_cast<__mmask16>(bits >> 16);
+      s_lo[b] = scores(lo[b]);
+      s_hi[b] = scores(hi[b]);
+      top[b] = _mm512_max_ps(_mm512_mask_mov_ps(masked, mask_lo[b], s_lo[b]),
+                             _mm512_mask_mov_ps(masked, mask_hi[b], s_hi[b]));
+    }
+    const __mmask8 live = static_cast<__mmask8>((1u << count) - 1u);
+    float* row_max = max_.data() + head.row0 + rb;
+    float* row_sum = sum_.data() + head.row0 + rb;
+    const __m256 old_max = _mm256_mask_loadu_ps(_mm256_set1_ps(kMasked), live, row_max);
+    const __m256 new_max = _mm256_max_ps(old_max, reduce8(top, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); }));
+    // exp(old - new) where the max rose, else exactly 1.
+    const __mmask8 rose = _mm256_cmp_ps_mask(new_max, old_max, _CMP_GT_OQ);
+    const __m256 factor = _mm256_mask_blend_ps(
+        rose, _mm256_set1_ps(1.0f),
+        _mm512_castps512_ps256(exp_nonpositive(_mm512_zextps256_ps512(_mm256_sub_ps(old_max, new_max)))));
+    const __m512 wide_max = _mm512_zextps256_ps512(new_max);
+    __m512 p[8];
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) {
+      const __m512 m = _mm512_permutexvar_ps(_mm512_set1_epi32(b), wide_max);
+      const __m512 p_lo = _mm512_maskz_mov_ps(mask_lo[b], exp_nonpositive(_mm512_sub_ps(s_lo[b], m)));
+      const __m512 p_hi = _mm512_maskz_mov_ps(mask_hi[b], exp_nonpositive(_mm512_sub_ps(s_hi[b], m)));
+      _mm512_store_si512(pairs[b], (__m512i)_mm512_cvtne2ps_pbh(p_hi, p_lo));  // low half from the first 16 keys
+      p[b] = _mm512_add_ps(p_lo, p_hi);
+    }
+    const __m256 step_sum = reduce8(p, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+    const __m256 old_sum = _mm256_mask_loadu_ps(_mm256_setzero_ps(), live, row_sum);
+    _mm256_mask_storeu_ps(row_sum, live, _mm256_fmadd_ps(old_sum, factor, step_sum));
+    _mm256_mask_storeu_ps(row_max, live, new_max);
+    _mm256_store_ps(corrections, factor);
+  }
+
+  // acc = acc * factor + P.V over the step's keys for `count` (at most R) adjacent rows: the V pairs (vpairs_)
+  // loaded once for the rows, and R x D / 16 independent accumulator chains. Pairs past a row's keys are zero, and
+  // R rows of `pairs` are read even where fewer exist (fold_rows8 zeroes a padding row's).
+  template <int R>
+  void accumulate_rows(int64_t row, int count, const uint32_t (*pairs)[kKeys / 2], const float* factors,
+                       const int* most_keys) {
+    int most = 0;
+    for (int b = 0; b < count; ++b) most = std::max(most, most_keys[b]);
+    if (most == 0) return;  // no row saw a key: their factors are 1
+    float* acc = acc_.data() + row * D;
+    __m512 sums[R][D / 16];
+    for (int b = 0; b < R; ++b) {
+      const __m512 factor = _mm512_set1_ps(b < count ? factors[b] : 0.0f);
+      for (int v = 0; v < D / 16; ++v)
+        sums[b][v] = b < count ? _mm512_mul_ps(_mm512_loadu_ps(acc + b * D + 16 * v), factor) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < (most + 1) / 2; ++k) {
+      __m512bh vk[D / 16];
+      for (int v = 0; v < D / 16; ++v)
+        vk[v] = (__m512bh)_mm512_loadu_si512(vpairs_.data() + (k * (D / 16) + v) * 16);
+      for (int b = 0; b < R; ++b) {
+        const __m512bh pk = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[b][k]));
+        for (int v = 0; v < D / 16; ++v) sums[b][v] = _mm512_dpbf16_ps(sums[b][v], pk, vk[v]);
+      }
+    }
+    for (int b = 0; b < count; ++b)
+      for (int v = 0; v < D / 16; ++v) _mm512_storeu_ps(acc + b * D + 16 * v, sums[b][v]);
   }
 
   // acc * inv rounded to bfloat16, back in head_dim order (see permuted_dim), sixteen values a store. A scalar

@@ -32,6 +32,23 @@ inline __m512 reduce16(const __m512* a) {
                        _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// Eight vectors to eight values: lane b of the result is `op` (an add, a max) over a[b]'s sixteen lanes. Every
+// vector's lanes meet in the same tree, so a row's sum has the same bits whichever of the eight it is.
+template <class Op>
+inline __m256 reduce8(const __m512* a, Op op) {
+  __m512 z[2];
+  for (int g = 0; g < 2; ++g) {
+    const __m512 x = op(_mm512_unpacklo_ps(a[4 * g], a[4 * g + 1]), _mm512_unpackhi_ps(a[4 * g], a[4 * g + 1]));
+    const __m512 y = op(_mm512_unpacklo_ps(a[4 * g + 2], a[4 * g + 3]), _mm512_unpackhi_ps(a[4 * g + 2], a[4 * g + 3]));
+    // Each 128-bit lane l now holds vectors 4g..4g+3's partials over their elements of that lane.
+    z[g] = op(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 v = op(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_castps512_ps256(
+      op(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
 // Where accumulator float f sits in head_dim. Vector 2c holds the low halves of the 128-bit lanes of
 // head_dim [32c, 32c + 32), vector 2c + 1 the high halves: lane 4L + i is element 8L + i, or 8L + 4 + i.
 constexpr int permuted_dim(int f) {
