@@ -89,7 +89,8 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
       return;
     }
 #endif
-    run_items(items, [&] { return Bf16ItemRunner<D>(p, cascade); }, crew);
+    run_items(plan_items(p.query_start, p.num_seqs, p.heads / p.kv_heads, crew.threads(), kVectorTokens),
+              [&] { return Bf16ItemRunner<D>(p, cascade); }, crew);
     return;
   }
 #endif
