@@ -1,5 +1,5 @@
 // The bfloat16 path's row kernels: one KV head's rows against one 32-key step, the V pairs interleaved and the K
-// pairs transposed for them, the softmax folded in (finish_row, fold_rows8), and the rows written back in head_dim
+// pairs transposed for them, the softmax folded in (finish_row, fold_rows), and the rows written back in head_dim
 // order.
 // Bf16Rows holds the per-thread scratch they work on and the prefetch queue they issue between pieces of compute;
 // Bf16ItemRunner (bf16_path.h) walks the block table and calls them.
@@ -224,31 +224,41 @@ class Bf16Rows {
   }
 #endif
 
-  // Prefill tiles: eight rows' 32 scores as sixteen chains over the transposed key pairs (vdpbf16ps' latency
-  // needs about twelve in flight on Zen 5: with four rows' eight chains the scores took more time than P.V's same
-  // count of instructions), the eight rows' softmax updates together (fold_rows8), then P.V a few rows at a time.
+  // Prefill tiles: sixteen rows a block, their 32 scores eight rows at a time as sixteen chains over the transposed
+  // key pairs (vdpbf16ps' latency needs about twelve in flight on Zen 5: with four rows' eight chains the scores
+  // took more time than P.V's same count of instructions), the sixteen rows' softmax steps together (fold_rows),
+  // then P.V a few rows at a time.
   __attribute__((noinline)) void tile_rows(const HeadState& head) {
-    constexpr int kRows = 8;
+    constexpr int kRows = 16;
     // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
-    const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / kRows * kRows;
+    const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / 8 * 8;
     for (int64_t rb = first_seeing; rb < head.rows; rb += kRows) {
-      const auto* q = reinterpret_cast<const int32_t*>(queries_.data() + (head.row0 + rb) * D);
       __m512 lo[kRows], hi[kRows];
-      for (int b = 0; b < kRows; ++b) lo[b] = hi[b] = _mm512_setzero_ps();
-      for (int d2 = 0; d2 < D / 2; ++d2) {
-        const __m512bh k_lo = (__m512bh)_mm512_loadu_si512(keys_t_.data() + d2 * kKeys);
-        const __m512bh k_hi = (__m512bh)_mm512_loadu_si512(keys_t_.data() + d2 * kKeys + 16);
-        for (int b = 0; b < kRows; ++b) {
-          const __m512bh qb = (__m512bh)_mm512_set1_epi32(q[b * D / 2 + d2]);
-          lo[b] = _mm512_dpbf16_ps(lo[b], qb, k_lo);
-          hi[b] = _mm512_dpbf16_ps(hi[b], qb, k_hi);
+      for (int half = 0; half < kRows; half += 8) {
+        const auto* q = reinterpret_cast<const int32_t*>(queries_.data() + (head.row0 + rb + half) * D);
+        __m512 l[8], h[8];
+        for (int b = 0; b < 8; ++b) l[b] = h[b] = _mm512_setzero_ps();
+        if (rb + half < head.rows) {
+          for (int d2 = 0; d2 < D / 2; ++d2) {
+            const __m512bh k_lo = (__m512bh)_mm512_loadu_si512(keys_t_.data() + d2 * kKeys);
+            const __m512bh k_hi = (__m512bh)_mm512_loadu_si512(keys_t_.data() + d2 * kKeys + 16);
+            for (int b = 0; b < 8; ++b) {
+              const __m512bh qb = (__m512bh)_mm512_set1_epi32(q[b * D / 2 + d2]);
+              l[b] = _mm512_dpbf16_ps(l[b], qb, k_lo);
+              h[b] = _mm512_dpbf16_ps(h[b], qb, k_hi);
+            }
+          }
+        }
+        for (int b = 0; b < 8; ++b) {
+          lo[half + b] = l[b];
+          hi[half + b] = h[b];
         }
       }
       const int count = static_cast<int>(std::min<int64_t>(kRows, head.rows - rb));
       alignas(64) uint32_t pairs[kRows][kKeys / 2];
-      alignas(32) float corrections[kRows];
+      alignas(64) float corrections[kRows];
       int most[kRows];
-      fold_rows8(head, rb, count, lo, hi, pairs, corrections, most);
+      fold_rows(head, rb, count, lo, hi, pairs, corrections, most);
       constexpr int kPv = std::clamp(256 / D, 1, 4);  // rows whose accumulators fit in the registers together
       for (int b = 0; b < count; b += kPv)
         accumulate_rows<kPv>(head.row0 + rb + b, std::min(kPv, count - b), pairs + b, corrections + b, most + b);
@@ -256,23 +266,27 @@ class Bf16Rows {
     }
   }
 
-  // The online-softmax step of eight rows at once (rows rb.. of the head; `count` of them exist): each row's
+  // The online-softmax step of sixteen rows at once (rows rb.. of the head; `count` of them exist): each row's
   // scores to probabilities (as bfloat16 pairs, zero outside the keys it sees), its max and sum updated, and the
-  // factor its accumulator must be scaled by. The rows' maxima and sums sit in the lanes of one vector, so the
-  // eight horizontal reductions are one transposing pass each (reduce8) and the state one load and store, where
-  // a row at a time took a shuffle chain and a scalar update through memory (40% of a tile's time before). A row
-  // that sees none of the step's keys keeps its state (factor 1). `most[b]`: how many keys row b's pairs cover.
-  // Out of line, with its loops unrolled: inlined into tile_rows the registers spilled (a 1.4x slower tile), and
-  // as rolled loops the sixteen exponentials did not overlap (long prompts 6% slower than a row at a time).
-  __attribute__((noinline)) void fold_rows8(const HeadState& head, int64_t rb, int count, const __m512* lo,
-                                            const __m512* hi, uint32_t (*pairs)[kKeys / 2], float* corrections,
-                                            int* most) {
+  // factor its accumulator must be scaled by. Eight rows' maxima and sums sit in the lanes of one vector, so the
+  // horizontal reductions are one transposing pass per eight rows (reduce8) and the state one load and store,
+  // where a row at a time took a shuffle chain and a scalar update through memory (40% of a tile's time before). A
+  // row that sees none of the step's keys, or a padding row, keeps its state (factor 1, zero probabilities).
+  // `most[b]`: how many keys row b's pairs cover. Each row takes the same arithmetic whichever lane it sits in.
+  // Sixteen rows rather than eight: the step is a chain (the scores' maxima, then the exponentials, then the sums)
+  // that the core cannot overlap with the multiplies around it, and two blocks' chains side by side take about as
+  // long as one. Out of line, its loops unrolled: inlined into tile_rows its registers spilled (1.4x slower), and
+  // as rolled loops its exponentials did not overlap.
+  __attribute__((noinline)) void fold_rows(const HeadState& head, int64_t rb, int count, const __m512* lo,
+                                           const __m512* hi, uint32_t (*pairs)[kKeys / 2], float* corrections,
+                                           int* most) {
+    constexpr int kRows = 16, kGroups = kRows / 8;
     const __m512 masked = _mm512_set1_ps(kMasked);
-    __mmask16 mask_lo[8], mask_hi[8];
-    __m512 s_lo[8], s_hi[8], top[8];
+    __mmask16 mask_lo[kRows], mask_hi[kRows];
+    __m512 s_lo[kRows], s_hi[kRows], top[kRows];
     int64_t token = rb / head.groups, group = rb % head.groups;  // row rb + b's, kept without a division a row
-#pragma GCC unroll 8
-    for (int b = 0; b < 8; ++b) {
+#pragma GCC unroll 16
+    for (int b = 0; b < kRows; ++b) {
       const int valid = b < count ? head.valid_of_token(token) : 0;
       const int first = b < count ? head.first_of_token(token) : 0;
       if (++group == head.groups) {
@@ -289,36 +303,43 @@ class Bf16Rows {
       top[b] = _mm512_max_ps(_mm512_mask_mov_ps(masked, mask_lo[b], s_lo[b]),
                              _mm512_mask_mov_ps(masked, mask_hi[b], s_hi[b]));
     }
-    const __mmask8 live = static_cast<__mmask8>((1u << count) - 1u);
-    float* row_max = max_.data() + head.row0 + rb;
-    float* row_sum = sum_.data() + head.row0 + rb;
-    const __m256 old_max = _mm256_mask_loadu_ps(_mm256_set1_ps(kMasked), live, row_max);
-    const __m256 new_max = _mm256_max_ps(old_max, reduce8(top, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); }));
-    // exp(old - new) where the max rose, else exactly 1.
-    const __mmask8 rose = _mm256_cmp_ps_mask(new_max, old_max, _CMP_GT_OQ);
-    const __m256 factor = _mm256_mask_blend_ps(
-        rose, _mm256_set1_ps(1.0f),
-        _mm512_castps512_ps256(exp_nonpositive(_mm512_zextps256_ps512(_mm256_sub_ps(old_max, new_max)))));
-    const __m512 wide_max = _mm512_zextps256_ps512(new_max);
-    __m512 p[8];
-#pragma GCC unroll 8
-    for (int b = 0; b < 8; ++b) {
-      const __m512 m = _mm512_permutexvar_ps(_mm512_set1_epi32(b), wide_max);
+    __m256 new_max[kGroups], factor[kGroups];
+    __mmask8 live[kGroups];
+#pragma GCC unroll 2
+    for (int g = 0; g < kGroups; ++g) {
+      const int rows = std::clamp(count - 8 * g, 0, 8);
+      live[g] = static_cast<__mmask8>((1u << rows) - 1u);
+      const __m256 old_max = _mm256_mask_loadu_ps(_mm256_set1_ps(kMasked), live[g], max_.data() + head.row0 + rb + 8 * g);
+      new_max[g] = _mm256_max_ps(old_max, reduce8(top + 8 * g, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); }));
+      // exp(old - new) where the max rose, else exactly 1.
+      const __mmask8 rose = _mm256_cmp_ps_mask(new_max[g], old_max, _CMP_GT_OQ);
+      factor[g] = _mm256_mask_blend_ps(
+          rose, _mm256_set1_ps(1.0f),
+          _mm512_castps512_ps256(exp_nonpositive(_mm512_zextps256_ps512(_mm256_sub_ps(old_max, new_max[g])))));
+    }
+    __m512 p[kRows];
+#pragma GCC unroll 16
+    for (int b = 0; b < kRows; ++b) {
+      const __m512 m = _mm512_permutexvar_ps(_mm512_set1_epi32(b % 8), _mm512_zextps256_ps512(new_max[b / 8]));
       const __m512 p_lo = _mm512_maskz_mov_ps(mask_lo[b], exp_nonpositive(_mm512_sub_ps(s_lo[b], m)));
       const __m512 p_hi = _mm512_maskz_mov_ps(mask_hi[b], exp_nonpositive(_mm512_sub_ps(s_hi[b], m)));
       _mm512_store_si512(pairs[b], (__m512i)_mm512_cvtne2ps_pbh(p_hi, p_lo));  // low half from the first 16 keys
       p[b] = _mm512_add_ps(p_lo, p_hi);
     }
-    const __m256 step_sum = reduce8(p, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
-    const __m256 old_sum = _mm256_mask_loadu_ps(_mm256_setzero_ps(), live, row_sum);
-    _mm256_mask_storeu_ps(row_sum, live, _mm256_fmadd_ps(old_sum, factor, step_sum));
-    _mm256_mask_storeu_ps(row_max, live, new_max);
-    _mm256_store_ps(corrections, factor);
+#pragma GCC unroll 2
+    for (int g = 0; g < kGroups; ++g) {
+      const __m256 step_sum = reduce8(p + 8 * g, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+      float* row_sum = sum_.data() + head.row0 + rb + 8 * g;
+      const __m256 old_sum = _mm256_mask_loadu_ps(_mm256_setzero_ps(), live[g], row_sum);
+      _mm256_mask_storeu_ps(row_sum, live[g], _mm256_fmadd_ps(old_sum, factor[g], step_sum));
+      _mm256_mask_storeu_ps(max_.data() + head.row0 + rb + 8 * g, live[g], new_max[g]);
+      _mm256_store_ps(corrections + 8 * g, factor[g]);
+    }
   }
 
   // acc = acc * factor + P.V over the step's keys for `count` (at most R) adjacent rows: the V pairs (vpairs_)
   // loaded once for the rows, and R x D / 16 independent accumulator chains. Pairs past a row's keys are zero, and
-  // R rows of `pairs` are read even where fewer exist (fold_rows8 zeroes a padding row's).
+  // R rows of `pairs` are read even where fewer exist (fold_rows zeroes a padding row's).
   template <int R>
   void accumulate_rows(int64_t row, int count, const uint32_t (*pairs)[kKeys / 2], const float* factors,
                        const int* most_keys) {
