@@ -52,6 +52,22 @@ def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: in
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (100, None), (700, 30.0)])
+def test_long_bfloat16_prefills_with_windows_and_softcaps(heads: int, kv_heads: int, dim: int, window: int | None,
+                                                          softcap: float | None) -> None:
+    # Prompts past 512 tokens take tiles of up to 256 tokens (kVectorTokens) and the sixteen-row softmax steps,
+    # whose padding rows, rows before a window's start and rows that see part of a step all fold together: a whole
+    # 1,100-token prompt and a 600-token chunk after 300 cached tokens, beside a decode.
+    q, k, v, k_cache, v_cache, meta = make_batch([0, 300, 90], [1100, 600, 1], 16, heads, kv_heads, dim, seed=3)
+    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
+                                logit_softcap=softcap)
+    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window,
+                                   logit_softcap=softcap)
+    torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
 @pytest.mark.parametrize(("window", "softcap"), [(5, None), (20, None), (100, None), (None, 1.5), (20, 30.0)])
 def test_bfloat16_windows_and_softcaps_on_the_bfloat16_path(heads: int, kv_heads: int, dim: int, window: int | None,
                                                             softcap: float | None) -> None:
