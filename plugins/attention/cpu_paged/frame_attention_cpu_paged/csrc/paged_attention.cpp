@@ -89,7 +89,14 @@ void run_all(const Problem<cache_t, query_t>& p, const std::vector<WorkItem>& it
       return;
     }
 #endif
-    run_items(plan_items(p.query_start, p.num_seqs, p.heads / p.kv_heads, crew.threads(), kVectorTokens),
+    // The vector path's long prompts in larger tiles (kVectorTokens); AMX's tiles, where the flash kernel does not
+    // serve (a window, a soft-cap), keep the items they were measured with.
+    bool vector_tiles = true;
+#if FRAME_PAGED_AMX
+    vector_tiles = !amx::permitted();
+#endif
+    run_items(vector_tiles ? plan_items(p.query_start, p.num_seqs, p.heads / p.kv_heads, crew.threads(), kVectorTokens)
+                           : items,
               [&] { return Bf16ItemRunner<D>(p, cascade); }, crew);
     return;
   }

@@ -62,9 +62,8 @@ inline int64_t take(int64_t* counter) { return __atomic_fetch_add(counter, 1, __
 
 constexpr int kTargetRows = 192;    // query rows (tokens x grouped heads) a prefill tile aims for
 constexpr int kFlashTokens = 512;   // most tokens of a long prompt's prefill tile on the AMX flash kernel
-// The same on the bfloat16 item runner's tiles (the vector path, and AMX's tiles where the flash kernel does not
-// serve), which transpose and interleave each 32-key step's K and V once for all their rows: at 8,000 tokens, tiles
-// of 256 ran a layer's attention about 5% faster than tiles of 64 (Zen 5).
+// The same on the bfloat16 vector path, whose tiles transpose and interleave each 32-key step's K and V once for
+// all their rows: at 8,000 tokens, tiles of 256 ran a layer's attention about 5% faster than tiles of 64 (Zen 5).
 constexpr int kVectorTokens = 256;
 
 // Items of (sequence, tile of query tokens). A tile holds about kTargetRows rows; with `most` above that, a long
