@@ -51,6 +51,19 @@ def test_bfloat16_cache_with_bfloat16_queries(heads: int, kv_heads: int, dim: in
     torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
 
 
+def _bfloat16_matches_the_reference(context: list[int], new: list[int], heads: int, kv_heads: int, dim: int,
+                                    seed: int, window: int | None, softcap: float | None) -> None:
+    """A bfloat16 batch (blocks of 16, scale 1/8) through the backend matches the reference under the window and
+    soft-cap given."""
+    q, k, v, k_cache, v_cache, meta = make_batch(context, new, 16, heads, kv_heads, dim, seed=seed)
+    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
+    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
+                                logit_softcap=softcap)
+    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window,
+                                   logit_softcap=softcap)
+    torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
 @pytest.mark.parametrize(("window", "softcap"), [(None, None), (100, None), (700, 30.0)])
 def test_long_bfloat16_prefills_with_windows_and_softcaps(heads: int, kv_heads: int, dim: int, window: int | None,
@@ -58,13 +71,7 @@ def test_long_bfloat16_prefills_with_windows_and_softcaps(heads: int, kv_heads: 
     # Prompts past 512 tokens take tiles of up to 256 tokens (kVectorTokens) and the sixteen-row softmax steps,
     # whose padding rows, rows before a window's start and rows that see part of a step all fold together: a whole
     # 1,100-token prompt and a 600-token chunk after 300 cached tokens, beside a decode.
-    q, k, v, k_cache, v_cache, meta = make_batch([0, 300, 90], [1100, 600, 1], 16, heads, kv_heads, dim, seed=3)
-    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
-                                logit_softcap=softcap)
-    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window,
-                                   logit_softcap=softcap)
-    torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
+    _bfloat16_matches_the_reference([0, 300, 90], [1100, 600, 1], heads, kv_heads, dim, 3, window, softcap)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 1, 256)])
@@ -74,14 +81,7 @@ def test_bfloat16_windows_and_softcaps_on_the_bfloat16_path(heads: int, kv_heads
     # The bfloat16 path masks a window and caps the scores itself (Gemma 2/3's local layers, Gemma 2's soft-cap):
     # prefills whose rows' windows start in different 32-key steps, one after a cached context, and decodes over
     # contexts longer and shorter than the window. Scores of about 10 put a cap of 1.5 deep in tanh's flat part.
-    q, k, v, k_cache, v_cache, meta = make_batch([0, 120, 33, 7, 50], [70, 1, 1, 1, 150], 16, heads, kv_heads, dim,
-                                                 seed=2)
-    q, k, v, k_cache, v_cache = (t.bfloat16() for t in (q, k, v, k_cache, v_cache))
-    backend = CpuPagedAttention(heads, kv_heads, dim, 0.125, torch.bfloat16, sliding_window=window,
-                                logit_softcap=softcap)
-    expected = reference_attention(q, k, v, k_cache, v_cache, meta, 0.125, sliding_window=window,
-                                   logit_softcap=softcap)
-    torch.testing.assert_close(backend.forward(q, k, v, k_cache, v_cache, meta), expected, atol=2e-2, rtol=2e-2)
+    _bfloat16_matches_the_reference([0, 120, 33, 7, 50], [70, 1, 1, 1, 150], heads, kv_heads, dim, 2, window, softcap)
 
 
 def test_odd_head_dim_takes_the_generic_path() -> None:
