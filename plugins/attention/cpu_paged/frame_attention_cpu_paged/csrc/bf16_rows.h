@@ -228,8 +228,11 @@ class Bf16Rows {
   // key pairs (vdpbf16ps' latency needs about twelve in flight on Zen 5: with four rows' eight chains the scores
   // took more time than P.V's same count of instructions), the sixteen rows' softmax steps together (fold_rows),
   // then P.V a few rows at a time.
+  // Rows a prefill tile block takes: its scores eight rows at a time, its softmax step in one fold_rows call.
+  static constexpr int kTileRows = 16;
+
   __attribute__((noinline)) void tile_rows(const HeadState& head) {
-    constexpr int kRows = 16;
+    constexpr int kRows = kTileRows;
     // Rows whose token lies before the step's keys see none of them (rows are ordered by token).
     const int64_t first_seeing = std::max<int64_t>(0, (head.k0 - head.first_pos) * head.groups) / 8 * 8;
     for (int64_t rb = first_seeing; rb < head.rows; rb += kRows) {
@@ -280,7 +283,7 @@ class Bf16Rows {
   __attribute__((noinline)) void fold_rows(const HeadState& head, int64_t rb, int count, const __m512* lo,
                                            const __m512* hi, uint32_t (*pairs)[kKeys / 2], float* corrections,
                                            int* most) {
-    constexpr int kRows = 16, kGroups = kRows / 8;
+    constexpr int kRows = kTileRows, kGroups = kRows / 8;
     const __m512 masked = _mm512_set1_ps(kMasked);
     __mmask16 mask_lo[kRows], mask_hi[kRows];
     __m512 s_lo[kRows], s_hi[kRows], top[kRows];
