@@ -1,7 +1,7 @@
 """frame serve against vllm serve, both driven by vLLM's own serving benchmark, rounds alternating.
 
     .venv/bin/python benchmarks/compare_serve.py --vllm-python /work/vllm-venv/bin/python \\
-        [--rounds 3] [--concurrency 1 8 32] [--dataset random multi_turn] [--dtype float32]
+        [--rounds 3] [--concurrency 1 8 32] [--dataset random multi_turn] [--dtype float32] [--stand-in avx2]
 
 Both servers load the same weights (the bundled GGUF dequantised by transformers into a Hugging Face folder, as
 ``compare_vllm.py`` exports it) under the same served model name. vLLM stays outside the project: it is started
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import stand_in
 from compare_vllm import VLLM_ENV, cpu_seconds, export_hf_folder, process_tree, vllm_missing, vllm_preload
 from frame.model_source import ModelSource
 from frame.workloads import load_workloads
@@ -170,7 +171,7 @@ def measure(args: argparse.Namespace, server: Server, others: list[Server], cmd:
     return row
 
 
-def start_servers(args: argparse.Namespace, folder: Path, logs: Path) -> list[Server]:
+def start_servers(args: argparse.Namespace, folder: Path, logs: Path, scratch: Path) -> list[Server]:
     frame_cmd = [str(Path(sys.executable).with_name("frame")), "serve", "--model", str(folder),
                  "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.frame_port),
                  "--max-model-len", str(args.max_model_len), "--enable-reset-prefix-cache", *args.frame_arg]
@@ -180,7 +181,8 @@ def start_servers(args: argparse.Namespace, folder: Path, logs: Path) -> list[Se
     # (reserved_cores). --vllm-reserved-cpus 0 and --frame-arg=--reserved-cores=1 change them.
     vllm_env = {**VLLM_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(args.vllm_reserved_cpus),
                 "VLLM_SERVER_DEV_MODE": "1",  # serves /reset_prefix_cache
-                **({"LD_PRELOAD": preload} if preload else {})}
+                **({"LD_PRELOAD": preload} if preload else {}),
+                **stand_in.peer_env(args.stand_in, scratch / "stand-in")}
     vllm_cmd = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                 "--served-model-name", NAME, "--dtype", args.dtype, "--port", str(args.vllm_port),
                 "--max-model-len", str(args.max_model_len), *args.vllm_arg]
@@ -234,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--logs", type=Path, default=None,
                         help="keep both servers' logs in this folder (vLLM's shows its prompt and generation rates)")
+    parser.add_argument("--stand-in", choices=sorted(stand_in.STAND_INS), default=None,
+                        help="run both servers as a lesser CPU class would (stand_in.py): avx2, or avx512 without BF16")
     args = parser.parse_args(argv)
+    stand_in.enter(args.stand_in)
     console = Console(width=max(140, Console().width))
     why_not = vllm_missing(args.vllm_python)
     if why_not is not None:
@@ -253,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         num_multi_turn = write_multi_turn(source.tokenizer, jsonl, args.seed)
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        servers = start_servers(args, folder, logs)
+        servers = start_servers(args, folder, logs, Path(tmp))
         if args.only:
             servers[[s.name for s in servers].index("frame" if args.only == "vllm" else "vllm")].stop()
             servers = [s for s in servers if s.name == args.only]

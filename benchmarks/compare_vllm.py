@@ -16,7 +16,8 @@ time that processes outside this benchmark took (``bg cores``): on a 2-core host
 system, so a round with ``bg cores`` well above 0 is not a fair number. ``--probe-host`` measures, before each
 system's round, the two-thread read floor and where the host has put the two CPUs (``host_probe.py``): on a virtual
 machine they can move mid-run and take the floor with them, and with one request frame's decode token is then
-given as a share of the floor's time for the model's parameter bytes.
+given as a share of the floor's time for the model's parameter bytes. ``--stand-in avx2`` (or ``avx512``) runs both
+systems with the instructions a lesser CPU class has (``stand_in.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import stand_in
 from frame.bench.driver import drive, warm_up
 from frame.bench.hf_export import export_folder
 from frame.config import build_config, parse_key_values
@@ -282,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--probe-host", action="store_true",
                         help="measure the read floor and the CPUs' round trip before each round (host_probe.py)")
+    parser.add_argument("--stand-in", choices=sorted(stand_in.STAND_INS), default=None,
+                        help="run both systems as a lesser CPU class would (stand_in.py): avx2, or avx512 without BF16")
     args = parser.parse_args(argv)
+    stand_in.enter(args.stand_in)
     console = Console()
     systems = ["frame", "vllm"] if args.only is None else [args.only]
 
@@ -306,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                    for k, v in (item.split("=", 1) for item in args.vllm_engine_arg)}
     vllm = None
     with tempfile.TemporaryDirectory(prefix="frame-vs-vllm-") as tmp:
+        vllm_env |= stand_in.peer_env(args.stand_in, Path(tmp) / "stand-in")
         if why_not is None:
             folder = export_hf_folder(engine.source, vllm_dtype)
             spec = {"model": str(folder), "tokenizer": str(folder), "dtype": vllm_dtype,
