@@ -291,6 +291,23 @@ def test_packed_float32_rows_do_not_depend_on_their_batch() -> None:
 
 
 @needs_avx2_fma
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_packed_float32_rows_past_one_row_block_keep_their_bits(weight_dtype: torch.dtype) -> None:
+    # 2,048 inputs make a row block (x within 256 KiB) 28-30 rows: 100 rows take four blocks, each through every
+    # panel (80 outputs: pairs and a last, odd panel on AVX-512) before the next block.
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(80, 2048, generator=gen).to(weight_dtype)
+    x, bias = torch.randn(100, 2048, generator=gen), torch.randn(80, generator=gen)
+    linear = kernels.float32_linear(weight, bias)
+    together = linear(x)
+    exact = F.linear(x.double(), weight.double(), bias.double())
+    torch.testing.assert_close(together.double(), exact, rtol=1e-5, atol=1e-3)
+    for row in (0, 29, 30, 57, 99):
+        assert torch.equal(linear(x[row : row + 1]), together[row : row + 1])
+    assert torch.equal(linear(x[31:]), together[31:])
+
+
+@needs_avx2_fma
 def test_float32_layers_get_the_packed_linear_and_swiglu_and_other_shapes_keep_torch() -> None:
     from frame.layers import SwiGLUProjection
 
