@@ -65,6 +65,12 @@ constexpr bool kBf16PairLanes = false;
 // Tiles keep their height, and each output its one sum over k in order: the same bits.
 constexpr int64_t kXBlockBytes = 256 << 10;
 
+// Row tiles of equal height: 8 rows are two of 4, not 6 and 2, because every tile costs a pass over a panel's weights.
+inline int64_t tile_height(int64_t m) {
+  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
+  return (m + tiles - 1) / tiles;
+}
+
 inline int64_t row_block(int64_t m, int64_t k, int64_t height) {
   const int64_t tiles = std::max<int64_t>(1, kXBlockBytes / (k * static_cast<int64_t>(sizeof(float)) * height));
   return std::min(m, tiles * height);
@@ -171,29 +177,23 @@ void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k,
 // The units a product is split in: pairs of panels (a last, odd panel alone).
 inline int64_t product_units(int64_t n) { return (n / kPanel + 1) / 2; }
 
-// Pairs [begin, end) of panels against every row of float32 x (tiles of equal height), into float32 y [m, n]; a
-// last, odd panel alone.
+// Pairs [begin, end) of panels against rows [r0, r1) of float32 x (tiles `height` rows high), into float32 y [m, n];
+// a last, odd panel alone.
 template <typename W>
-void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
-                   int64_t begin, int64_t end) {
-  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
-  const int64_t height = (m + tiles - 1) / tiles;
+void product_range(const float* xp, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
+                   int64_t begin, int64_t end, int64_t r0, int64_t r1, int64_t height) {
   const int64_t panels = n / kPanel;
-  const int64_t block = row_block(m, k, height);
-  for (int64_t r0 = 0; r0 < m; r0 += block) {
-    const int64_t r1 = std::min(m, r0 + block);
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = 2 * p * kPanel;
-      const bool two = 2 * p + 1 < panels;
-      for (int64_t r = r0; r < r1; r += height) {
-        const int rows = static_cast<int>(std::min<int64_t>(height, r1 - r));
-        // The next pair, when this thread has one of two panels (a last, odd panel is not asked for ahead).
-        const bool next_pair = p + 1 < end && 2 * p + 3 < panels;
-        const W* ahead = r == r0 && height < r1 - r0 && next_pair ? wp + (col + 2 * kPanel) * k : nullptr;
-        const float* bias = bias_ptr ? bias_ptr + col : nullptr;
-        if (two) tile_rows<2, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, ahead);
-        else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
-      }
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t col = 2 * p * kPanel;
+    const bool two = 2 * p + 1 < panels;
+    for (int64_t r = r0; r < r1; r += height) {
+      const int rows = static_cast<int>(std::min<int64_t>(height, r1 - r));
+      // The next pair, when this thread has one of two panels (a last, odd panel is not asked for ahead).
+      const bool next_pair = p + 1 < end && 2 * p + 3 < panels;
+      const W* ahead = r == r0 && height < r1 - r0 && next_pair ? wp + (col + 2 * kPanel) * k : nullptr;
+      const float* bias = bias_ptr ? bias_ptr + col : nullptr;
+      if (two) tile_rows<2, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, ahead);
+      else tile_rows<1, W>(rows, xp + r * k, k, wp + col * k, k, bias, yp + r * n + col, n, nullptr);
     }
   }
 }
@@ -245,26 +245,19 @@ void tile_rows(int rows, const float* x, int64_t ldx, const W* panel, int64_t k,
 // The units a product is split in: panels.
 inline int64_t product_units(int64_t n) { return n / kPanel; }
 
-// Panels [begin, end) against every row of float32 x (tiles of equal height: 8 rows are two of 4, not 6 and 2,
-// because every tile costs a pass over the panel's weights), into float32 y [m, n].
+// Panels [begin, end) against rows [r0, r1) of float32 x (tiles `height` rows high), into float32 y [m, n].
 template <typename W>
-void product_range(const float* xp, int64_t m, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
-                   int64_t begin, int64_t end) {
-  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
-  const int64_t height = (m + tiles - 1) / tiles;
-  const int64_t block = row_block(m, k, height);
-  for (int64_t r0 = 0; r0 < m; r0 += block) {
-    const int64_t r1 = std::min(m, r0 + block);
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t col = p * kPanel;
-      for (int64_t r = r0; r < r1; r += height) {
-        const int rows = static_cast<int>(std::min<int64_t>(height, r1 - r));
-        // With more than one row tile, the first one also fetches the next panel, so that panel's first pass
-        // computes from the caches instead of waiting on memory (the later passes already do).
-        const W* ahead = r == r0 && height < r1 - r0 && p + 1 < end ? wp + (col + kPanel) * k : nullptr;
-        tile_rows(rows, xp + r * k, k, wp + col * k, k, bias_ptr ? bias_ptr + col : nullptr, yp + r * n + col, n,
-                  ahead);
-      }
+void product_range(const float* xp, int64_t k, const W* wp, int64_t n, const float* bias_ptr, float* yp,
+                   int64_t begin, int64_t end, int64_t r0, int64_t r1, int64_t height) {
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t col = p * kPanel;
+    for (int64_t r = r0; r < r1; r += height) {
+      const int rows = static_cast<int>(std::min<int64_t>(height, r1 - r));
+      // With more than one row tile, the first one also fetches the next panel, so that panel's first pass
+      // computes from the caches instead of waiting on memory (the later passes already do).
+      const W* ahead = r == r0 && height < r1 - r0 && p + 1 < end ? wp + (col + kPanel) * k : nullptr;
+      tile_rows(rows, xp + r * k, k, wp + col * k, k, bias_ptr ? bias_ptr + col : nullptr, yp + r * n + col, n,
+                ahead);
     }
   }
 }
@@ -285,8 +278,15 @@ struct F32Product {
 
   void run(int64_t begin, int64_t end) const {
     if (m == 0 || begin >= end) return;
-    if (bf16_weight) product_range(x, m, k, static_cast<const uint16_t*>(w), n, bias, y, begin, end);
-    else product_range(x, m, k, static_cast<const float*>(w), n, bias, y, begin, end);
+    // A block of rows at a time through all of this share's panels (row_block).
+    const int64_t height = tile_height(m), block = row_block(m, k, height);
+    for (int64_t r0 = 0; r0 < m; r0 += block) {
+      const int64_t r1 = std::min(m, r0 + block);
+      if (bf16_weight)
+        product_range(x, k, static_cast<const uint16_t*>(w), n, bias, y, begin, end, r0, r1, height);
+      else
+        product_range(x, k, static_cast<const float*>(w), n, bias, y, begin, end, r0, r1, height);
+    }
   }
 };
 
